@@ -1,0 +1,87 @@
+"""S3 errors as domain values.
+
+Every layer raises ``S3Error``; only the protocol layer turns it into XML. The table below is
+the single place that knows which HTTP status a code carries, so a handler can never answer
+``NoSuchKey`` with a 500.
+
+    S3Error
+     └── raised with a code from ERROR_TABLE (unknown codes are a programming error)
+"""
+
+from __future__ import annotations
+
+ERROR_TABLE: dict[str, tuple[int, str]] = {
+    "AccessDenied": (403, "Access Denied"),
+    "AuthorizationHeaderMalformed": (400, "The authorization header is malformed."),
+    "AuthorizationQueryParametersError": (400, "Error parsing the X-Amz-Credential parameter."),
+    "BadDigest": (400, "The Content-MD5 or checksum you specified did not match what we received."),
+    "BucketAlreadyExists": (409, "The requested bucket name is not available."),
+    "BucketAlreadyOwnedByYou": (
+        409,
+        "Your previous request to create the named bucket succeeded and you already own it.",
+    ),
+    "BucketNotEmpty": (409, "The bucket you tried to delete is not empty."),
+    "EntityTooLarge": (400, "Your proposed upload exceeds the maximum allowed object size."),
+    "EntityTooSmall": (400, "Your proposed upload is smaller than the minimum allowed object size."),
+    "ExpiredToken": (400, "The provided token has expired."),
+    "IncompleteBody": (400, "You did not provide the number of bytes specified by the Content-Length HTTP header."),
+    "InternalError": (500, "We encountered an internal error. Please try again."),
+    "InvalidAccessKeyId": (403, "The AWS Access Key Id you provided does not exist in our records."),
+    "InvalidArgument": (400, "Invalid Argument"),
+    "InvalidBucketName": (400, "The specified bucket is not valid."),
+    "InvalidDigest": (400, "The Content-MD5 or checksum you specified is not valid."),
+    "InvalidPart": (400, "One or more of the specified parts could not be found."),
+    "InvalidPartOrder": (400, "The list of parts was not in ascending order."),
+    "InvalidRange": (416, "The requested range is not satisfiable"),
+    "InvalidRequest": (400, "Invalid Request"),
+    "InvalidStorageClass": (400, "The storage class you specified is not valid."),
+    "KeyTooLongError": (400, "Your key is too long."),
+    "MalformedXML": (400, "The XML you provided was not well-formed or did not validate against our published schema."),
+    "MalformedTrailerError": (400, "The request contained trailing data that was not well-formed."),
+    "MetadataTooLarge": (400, "Your metadata headers exceed the maximum allowed metadata size."),
+    "MethodNotAllowed": (405, "The specified method is not allowed against this resource."),
+    "MissingContentLength": (411, "You must provide the Content-Length HTTP header."),
+    "MissingSecurityHeader": (400, "Your request is missing a required header."),
+    "NoSuchBucket": (404, "The specified bucket does not exist"),
+    "NoSuchKey": (404, "The specified key does not exist."),
+    "NoSuchUpload": (
+        404,
+        "The specified multipart upload does not exist. The upload ID may be invalid, "
+        "or the upload may have been aborted or completed.",
+    ),
+    "NoSuchVersion": (404, "The specified version does not exist."),
+    "NotImplemented": (501, "A header you provided implies functionality that is not implemented."),
+    "NotModified": (304, "Not Modified"),
+    "PreconditionFailed": (412, "At least one of the pre-conditions you specified did not hold"),
+    "RequestTimeTooSkewed": (403, "The difference between the request time and the current time is too large."),
+    "RequestTimeout": (400, "Your socket connection to the server was not read from or written to within the timeout period."),
+    "ServiceUnavailable": (503, "Service is unable to handle request."),
+    "SignatureDoesNotMatch": (
+        403,
+        "The request signature we calculated does not match the signature you provided. "
+        "Check your key and signing method.",
+    ),
+    "SlowDown": (503, "Please reduce your request rate."),
+    "XAmzContentSHA256Mismatch": (400, "The provided 'x-amz-content-sha256' header does not match what was computed."),
+}
+
+
+class S3Error(Exception):
+    """An error with an S3 code; ``fields`` become extra XML elements (Key, BucketName...)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str | None = None,
+        *,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+        **fields: str,
+    ) -> None:
+        default_status, default_message = ERROR_TABLE.get(code, (500, code))
+        self.code = code
+        self.status = status if status is not None else default_status
+        self.message = message or default_message
+        self.headers = headers or {}
+        self.fields = fields
+        super().__init__(f"{code}: {self.message}")
