@@ -34,6 +34,8 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "InvalidPartOrder": (400, "The list of parts was not in ascending order."),
     "InvalidRange": (416, "The requested range is not satisfiable"),
     "InvalidRequest": (400, "Invalid Request"),
+    "InvalidURI": (400, "Couldn't parse the specified URI."),
+    "MaxMessageLengthExceeded": (400, "Your request was too big."),
     "InvalidStorageClass": (400, "The storage class you specified is not valid."),
     "KeyTooLongError": (400, "Your key is too long."),
     "MalformedXML": (400, "The XML you provided was not well-formed or did not validate against our published schema."),

@@ -1,0 +1,1 @@
+"""SQL catalog: tables, engine set-up and the queries the services need."""

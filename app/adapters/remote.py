@@ -1,0 +1,341 @@
+"""The remote durable bucket, over boto3. Blocking calls: the services run them in threads.
+
+Remote failures become ``S3Error`` values: the remote's own S3 error passes through with its
+code and status (a missing key is ``NoSuchKey`` whoever says it); an unreachable remote is a
+``503 ServiceUnavailable`` that says so. Header values are kept as latin-1 strings end to end so
+that arbitrary bytes (UTF-8 metadata included) cross the gateway unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+import boto3
+import botocore.exceptions
+from botocore.config import Config
+from botocore.handlers import validate_ascii_metadata
+
+from app.domain.errors import ERROR_TABLE, S3Error
+from app.domain.objects import (
+    CONTENT_HEADERS,
+    BucketInfo,
+    ListPage,
+    ObjectMeta,
+    ObjectSummary,
+)
+
+_CONTENT_PARAM = {
+    "content-type": "ContentType",
+    "content-encoding": "ContentEncoding",
+    "content-disposition": "ContentDisposition",
+    "content-language": "ContentLanguage",
+    "cache-control": "CacheControl",
+    "expires": "Expires",
+}
+_CHECKSUM_PARAM = {alg: "Checksum" + alg for alg in ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")}
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    endpoint: str | None
+    region: str
+    access_key: str | None
+    secret_key: str | None
+    addressing_style: str = "path"
+    max_connections: int = 64
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0
+    verify_tls: bool = True
+
+
+@contextlib.contextmanager
+def translate_errors(bucket: str | None = None, key: str | None = None) -> Iterator[None]:
+    """Map boto3 failures to S3 errors a client understands."""
+    try:
+        yield
+    except botocore.exceptions.ClientError as exc:
+        err = exc.response.get("Error", {})
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500))
+        code = str(err.get("Code") or status)
+        if code in ("404", "NotFound"):
+            code = "NoSuchKey" if key else "NoSuchBucket"
+        elif code == "403":
+            code = "AccessDenied"
+        elif code == "412":
+            code = "PreconditionFailed"
+        elif code == "304":
+            code = "NotModified"
+        elif code == "400" and code not in ERROR_TABLE:
+            code = "InvalidRequest"
+        fields = {}
+        if key and code == "NoSuchKey":
+            fields["Key"] = key
+        if bucket and code == "NoSuchBucket":
+            fields["BucketName"] = bucket
+        if code not in ERROR_TABLE:
+            # A remote-specific code still travels, with the remote's status (5xx stays 5xx).
+            raise S3Error(code, str(err.get("Message") or code), status=status) from exc
+        raise S3Error(code, err.get("Message") or None, **fields) from exc
+    except (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionClosedError,
+            botocore.exceptions.ReadTimeoutError, botocore.exceptions.ConnectTimeoutError) as exc:
+        raise S3Error("ServiceUnavailable", f"The remote region is unreachable: {exc}") from exc
+    except botocore.exceptions.BotoCoreError as exc:
+        raise S3Error("ServiceUnavailable", f"Remote request failed: {exc}") from exc
+
+
+def _meta_from_response(key: str, resp: dict[str, Any]) -> ObjectMeta:
+    headers = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    content = {name: headers[name] for name in CONTENT_HEADERS if name in headers}
+    metadata = {k[len("x-amz-meta-"):]: v for k, v in headers.items() if k.startswith("x-amz-meta-")}
+    checksums = {alg: resp[param] for alg, param in _CHECKSUM_PARAM.items() if resp.get(param)}
+    etag = str(resp.get("ETag", "")).strip('"')
+    size = resp.get("ContentLength", 0)
+    if "ContentRange" in resp:
+        size = int(str(resp["ContentRange"]).rsplit("/", 1)[-1])
+    return ObjectMeta(
+        key=key,
+        size=int(size),
+        etag=etag,
+        last_modified=resp.get("LastModified") or datetime.now(UTC),
+        content_headers=content,
+        metadata=metadata,
+        checksums=checksums,
+        version_id=resp.get("VersionId") if resp.get("VersionId") not in (None, "null") else None,
+        storage_class=resp.get("StorageClass", "STANDARD"),
+        parts_count=resp.get("PartsCount"),
+    )
+
+
+def object_params(meta_headers: dict[str, str], metadata: dict[str, str]) -> dict[str, Any]:
+    """boto3 keyword arguments carrying content headers and user metadata."""
+    params: dict[str, Any] = {}
+    for name, value in meta_headers.items():
+        param = _CONTENT_PARAM.get(name)
+        if param == "Expires":
+            # boto3 wants a datetime; pass the original string through the header instead.
+            continue
+        if param:
+            params[param] = value
+    if metadata:
+        params["Metadata"] = dict(metadata)
+    return params
+
+
+class RemoteStore:
+    """One boto3 client (thread-safe) per remote; connection pool sized for parallel transfers."""
+
+    def __init__(self, cfg: RemoteConfig) -> None:
+        self.cfg = cfg
+        config = Config(
+            region_name=cfg.region,
+            signature_version="s3v4",
+            s3={"addressing_style": cfg.addressing_style},
+            max_pool_connections=cfg.max_connections,
+            connect_timeout=cfg.connect_timeout,
+            read_timeout=cfg.read_timeout,
+            retries={"max_attempts": 3, "mode": "standard"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            tcp_keepalive=True,
+        )
+        session = boto3.session.Session()
+        self.client = session.client(
+            "s3",
+            endpoint_url=cfg.endpoint,
+            aws_access_key_id=cfg.access_key,
+            aws_secret_access_key=cfg.secret_key,
+            config=config,
+            verify=cfg.verify_tls,
+        )
+        self._register_expires_passthrough()
+
+    def _register_expires_passthrough(self) -> None:
+        """Let callers set a raw ``Expires`` header string (boto3 only accepts datetimes)."""
+
+        def pop_extra(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+            extra = params.pop("FerryExtraHeaders", None)
+            if extra:
+                context["ferry_extra_headers"] = extra
+
+        def add_headers(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+            extra = context.get("ferry_extra_headers")
+            if extra:
+                params["headers"].update(extra)
+
+        events = self.client.meta.events
+        # Metadata arrives as latin-1 strings of the client's raw bytes (UTF-8 included): they
+        # must reach the remote unchanged, so boto3's ASCII-only check is lifted.
+        for op in ("PutObject", "CopyObject", "CreateMultipartUpload"):
+            events.unregister(f"before-parameter-build.s3.{op}", validate_ascii_metadata)
+        events.register("provide-client-params.s3.*", pop_extra)
+        events.register("before-call.s3.*", add_headers)
+
+    # ---- buckets -----------------------------------------------------------------------------
+    def list_buckets(self) -> list[BucketInfo]:
+        with translate_errors():
+            resp = self.client.list_buckets()
+        return [BucketInfo(b["Name"], b["CreationDate"]) for b in resp.get("Buckets", [])]
+
+    def create_bucket(self, bucket: str, location: str | None) -> None:
+        kwargs: dict[str, Any] = {"Bucket": bucket}
+        if location and location != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": location}
+        with translate_errors(bucket):
+            self.client.create_bucket(**kwargs)
+
+    def head_bucket(self, bucket: str) -> None:
+        with translate_errors(bucket):
+            self.client.head_bucket(Bucket=bucket)
+
+    def delete_bucket(self, bucket: str) -> None:
+        with translate_errors(bucket):
+            self.client.delete_bucket(Bucket=bucket)
+
+    def bucket_location(self, bucket: str) -> str | None:
+        with translate_errors(bucket):
+            resp = self.client.get_bucket_location(Bucket=bucket)
+        return resp.get("LocationConstraint") or None
+
+    # ---- listing -----------------------------------------------------------------------------
+    def list_objects(self, bucket: str, prefix: str, delimiter: str | None, start_after: str | None,
+                     max_keys: int) -> ListPage:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "MaxKeys": max_keys, "Prefix": prefix}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        if start_after:
+            kwargs["StartAfter"] = start_after
+        with translate_errors(bucket):
+            resp = self.client.list_objects_v2(**kwargs)
+        contents = [
+            ObjectSummary(o["Key"], int(o.get("Size", 0)), str(o.get("ETag", "")).strip('"'),
+                          o["LastModified"], o.get("StorageClass", "STANDARD"))
+            for o in resp.get("Contents", [])
+        ]
+        prefixes = [p["Prefix"] for p in resp.get("CommonPrefixes", [])]
+        truncated = bool(resp.get("IsTruncated"))
+        last = max([c.key for c in contents] + prefixes) if (contents or prefixes) else None
+        return ListPage(contents, prefixes, truncated, last if truncated else None)
+
+    def list_object_versions(self, bucket: str, prefix: str, delimiter: str | None, key_marker: str | None,
+                             max_keys: int) -> ListPage:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "MaxKeys": max_keys, "Prefix": prefix}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        if key_marker:
+            kwargs["KeyMarker"] = key_marker
+        with translate_errors(bucket):
+            resp = self.client.list_object_versions(**kwargs)
+        items = [
+            ObjectSummary(v["Key"], int(v.get("Size", 0)), str(v.get("ETag", "")).strip('"'),
+                          v["LastModified"], v.get("StorageClass", "STANDARD"),
+                          v.get("VersionId") or "null", bool(v.get("IsLatest", True)))
+            for v in resp.get("Versions", [])
+        ]
+        items += [
+            ObjectSummary(d["Key"], 0, "", d["LastModified"], "STANDARD", d.get("VersionId") or "null",
+                          bool(d.get("IsLatest", True)), True)
+            for d in resp.get("DeleteMarkers", [])
+        ]
+        items.sort(key=lambda s: s.key)
+        prefixes = [p["Prefix"] for p in resp.get("CommonPrefixes", [])]
+        truncated = bool(resp.get("IsTruncated"))
+        return ListPage(items, prefixes, truncated, resp.get("NextKeyMarker") if truncated else None)
+
+    # ---- objects -----------------------------------------------------------------------------
+    def head_object(self, bucket: str, key: str) -> ObjectMeta:
+        with translate_errors(bucket, key):
+            resp = self.client.head_object(Bucket=bucket, Key=key)
+        return _meta_from_response(key, resp)
+
+    def get_object(self, bucket: str, key: str, byte_range: str | None = None,
+                   if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if byte_range:
+            kwargs["Range"] = byte_range
+        if if_match:
+            kwargs["IfMatch"] = if_match
+        with translate_errors(bucket, key):
+            resp = self.client.get_object(**kwargs)
+        return _meta_from_response(key, resp), resp["Body"]
+
+    def put_object(self, bucket: str, key: str, body: BinaryIO, size: int, content_md5: str,
+                   content_headers: dict[str, str], metadata: dict[str, str],
+                   checksums: dict[str, str]) -> str:
+        kwargs = object_params(content_headers, metadata)
+        kwargs.update(Bucket=bucket, Key=key, Body=body, ContentLength=size, ContentMD5=content_md5)
+        for alg, value in checksums.items():
+            kwargs[_CHECKSUM_PARAM[alg]] = value
+        if "expires" in content_headers:
+            kwargs["FerryExtraHeaders"] = {"Expires": content_headers["expires"]}
+        with translate_errors(bucket, key):
+            resp = self.client.put_object(**kwargs)
+        return str(resp.get("ETag", "")).strip('"')
+
+    def copy_object(self, bucket: str, key: str, src_bucket: str, src_key: str, replace: bool,
+                    content_headers: dict[str, str], metadata: dict[str, str]) -> tuple[str, datetime]:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key,
+                                  "CopySource": {"Bucket": src_bucket, "Key": src_key}}
+        if replace:
+            kwargs.update(object_params(content_headers, metadata))
+            kwargs["MetadataDirective"] = "REPLACE"
+            if "expires" in content_headers:
+                kwargs["FerryExtraHeaders"] = {"Expires": content_headers["expires"]}
+        with translate_errors(src_bucket, src_key):
+            resp = self.client.copy_object(**kwargs)
+        result = resp.get("CopyObjectResult", {})
+        return str(result.get("ETag", "")).strip('"'), result.get("LastModified") or datetime.now(UTC)
+
+    def delete_object(self, bucket: str, key: str) -> None:
+        with translate_errors(bucket, key):
+            self.client.delete_object(Bucket=bucket, Key=key)
+
+    def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
+        """Delete up to 1000 keys; returns the failures as key -> (code, message)."""
+        with translate_errors(bucket):
+            resp = self.client.delete_objects(
+                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+            )
+        return {e["Key"]: (e.get("Code", "InternalError"), e.get("Message", "")) for e in resp.get("Errors", [])}
+
+    # ---- multipart (destage of a locally assembled upload) -------------------------------------
+    def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
+                         metadata: dict[str, str], checksum_algorithm: str | None) -> str:
+        kwargs = object_params(content_headers, metadata)
+        kwargs.update(Bucket=bucket, Key=key)
+        if checksum_algorithm:
+            kwargs["ChecksumAlgorithm"] = checksum_algorithm
+        if "expires" in content_headers:
+            kwargs["FerryExtraHeaders"] = {"Expires": content_headers["expires"]}
+        with translate_errors(bucket, key):
+            return str(self.client.create_multipart_upload(**kwargs)["UploadId"])
+
+    def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: BinaryIO, size: int,
+                    content_md5: str, checksums: dict[str, str]) -> str:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number,
+                                  "Body": body, "ContentLength": size, "ContentMD5": content_md5}
+        for alg, value in checksums.items():
+            kwargs[_CHECKSUM_PARAM[alg]] = value
+        with translate_errors(bucket, key):
+            return str(self.client.upload_part(**kwargs)["ETag"]).strip('"')
+
+    def complete_multipart(self, bucket: str, key: str, upload_id: str,
+                           parts: list[tuple[int, str, dict[str, str]]]) -> str:
+        items = []
+        for number, etag, checksums in parts:
+            item: dict[str, Any] = {"PartNumber": number, "ETag": f'"{etag}"'}
+            for alg, value in checksums.items():
+                item[_CHECKSUM_PARAM[alg]] = value
+            items.append(item)
+        with translate_errors(bucket, key):
+            resp = self.client.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": items}
+            )
+        return str(resp.get("ETag", "")).strip('"')
+
+    def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
+        with translate_errors(bucket, key), contextlib.suppress(S3Error):
+            self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)

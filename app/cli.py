@@ -1,0 +1,111 @@
+"""``ferry`` command line: serve, db upgrade, version."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app import __version__
+from app.config import ConfigError, Settings, load_settings
+
+cli = typer.Typer(help="Ferry: a write-accelerating S3 gateway.", no_args_is_help=True)
+db_cli = typer.Typer(help="Catalog database.", no_args_is_help=True)
+cli.add_typer(db_cli, name="db")
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML or JSON settings file.")]
+
+
+def _settings(config: Path | None, **overrides: object) -> Settings:
+    try:
+        return load_settings(config, **overrides)
+    except ConfigError as exc:
+        typer.echo(f"ferry: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@cli.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(f"ferry {__version__}")
+
+
+@db_cli.command("upgrade")
+def db_upgrade(config: ConfigOpt = None,
+               database_url: Annotated[str | None, typer.Option(help="Overrides FERRY_DATABASE_URL.")] = None,
+               revision: str = "head") -> None:
+    """Apply catalog migrations up to REVISION."""
+    from app.adapters.catalog.migrate import upgrade
+
+    settings = _settings(config, database_url=database_url)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.effective_database_url, revision)
+    typer.echo(f"catalog at {revision}: {_redact(settings.effective_database_url)}")
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':')[0]}:***@{host}"
+    return url
+
+
+@cli.command()
+def serve(
+    config: ConfigOpt = None,
+    host: Annotated[str | None, typer.Option(help="FERRY_HOST")] = None,
+    port: Annotated[int | None, typer.Option(help="FERRY_PORT")] = None,
+    workers: Annotated[int | None, typer.Option(help="FERRY_WORKERS: uvicorn worker processes")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="FERRY_DATA_DIR")] = None,
+    database_url: Annotated[str | None, typer.Option(help="FERRY_DATABASE_URL")] = None,
+    remote_endpoint: Annotated[str | None, typer.Option(help="FERRY_REMOTE_ENDPOINT")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="FERRY_TLS_CERT")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="FERRY_TLS_KEY")] = None,
+    migrate: Annotated[bool, typer.Option(help="Apply catalog migrations before serving.")] = True,
+) -> None:
+    """Serve the S3 endpoint (and health/admin) with uvicorn."""
+    import uvicorn
+
+    overrides = dict(host=host, port=port, workers=workers, data_dir=data_dir, database_url=database_url,
+                     remote_endpoint=remote_endpoint, tls_cert=tls_cert, tls_key=tls_key)
+    settings = _settings(config, **overrides)
+    # Worker processes rebuild settings from the environment: hand them the flags that way.
+    for name, value in overrides.items():
+        if value is not None:
+            os.environ[f"FERRY_{name.upper()}"] = str(value)
+    if config is not None:
+        os.environ["FERRY_CONFIG"] = str(config)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if migrate:
+        from app.adapters.catalog.migrate import upgrade
+
+        upgrade(settings.effective_database_url)
+    from app.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_json)
+    typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
+               f"-> remote {settings.remote_endpoint or '(AWS default)'}", err=True)
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
+        ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
+        log_level=settings.log_level,
+        access_log=False,
+        timeout_keep_alive=75,
+        server_header=False,
+    )
+
+
+def main() -> None:
+    try:
+        cli()
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,131 @@
+"""Settings: environment (``FERRY_*``), an optional TOML/JSON config file, validated at start.
+
+Precedence: explicit overrides (CLI flags) > environment > config file > defaults. A bad value
+stops the process with a message naming the setting, instead of failing on the first request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+WriteMode = Literal["write-back", "write-through", "read-only", "bypass"]
+
+
+class ConfigError(Exception):
+    """Raised when settings cannot be loaded; the message is meant for the operator."""
+
+
+class Settings(BaseSettings):
+    """Everything a node needs to start. See docs/configuration.md for each setting."""
+
+    model_config = SettingsConfigDict(env_prefix="FERRY_", extra="forbid", validate_default=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(9000, ge=0, le=65535)
+    workers: int = Field(1, ge=1, le=256)
+    data_dir: Path = Path("./var/ferry")
+    database_url: str | None = None
+    broker_url: str | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    log_json: bool = False
+    log_level: str = "info"
+
+    region: str = "us-east-1"
+    domain: str | None = Field(None, description="Base domain for virtual-hosted-style requests.")
+    max_clock_skew_seconds: int = Field(900, ge=1)
+
+    remote_endpoint: str | None = None
+    remote_region: str = "us-east-1"
+    remote_access_key: str | None = None
+    remote_secret_key: str | None = None
+    remote_addressing_style: Literal["path", "virtual", "auto"] = "path"
+    remote_max_connections: int = Field(64, ge=1)
+    remote_connect_timeout: float = Field(5.0, gt=0)
+    remote_read_timeout: float = Field(60.0, gt=0)
+    remote_verify_tls: bool = True
+
+    access_key: str | None = None
+    secret_key: str | None = None
+    admin_token: str | None = None
+
+    default_mode: WriteMode = "write-back"
+    multipart_part_size: int = Field(16 * 1024 * 1024, ge=5 * 1024 * 1024)
+    multipart_concurrency: int = Field(8, ge=1, le=64)
+    multipart_threshold: int = Field(64 * 1024 * 1024, ge=5 * 1024 * 1024)
+    write_buffer_bytes: int = Field(64 * 1024**3, ge=1)
+    cache_bytes: int = Field(256 * 1024**3, ge=0)
+    fsync: bool = True
+
+    @field_validator("remote_endpoint")
+    @classmethod
+    def _endpoint_is_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/") if value else value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("FERRY_TLS_CERT and FERRY_TLS_KEY must be set together")
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ValueError("FERRY_ACCESS_KEY and FERRY_SECRET_KEY must be set together")
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        """SQLite file in the data dir unless a URL is given."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'ferry.db').resolve()}"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path} is not valid: {exc}") from exc
+    section = data.get("ferry", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: expected a table of settings")
+    return {str(k).replace("-", "_"): v for k, v in section.items()}
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build settings; the file's values sit below the environment's."""
+    path = config_file or (Path(os.environ["FERRY_CONFIG"]) if os.environ.get("FERRY_CONFIG") else None)
+    file_values = _read_config_file(path) if path else {}
+    env_names = {k[len("FERRY_") :].lower() for k in os.environ if k.startswith("FERRY_")}
+    merged = {k: v for k, v in file_values.items() if k not in env_names}
+    merged.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**merged)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            name = ".".join(str(p) for p in err["loc"]) or "settings"
+            env = f"FERRY_{name.upper()}" if name != "settings" else "settings"
+            lines.append(f"  {env}: {err['msg']}")
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from exc
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings (tests call ``get_settings.cache_clear()`` to override)."""
+    return load_settings()

@@ -1,0 +1,59 @@
+"""Conditional request evaluation (RFC 7232 as S3 applies it to GET/HEAD and copy sources)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+
+from app.domain.errors import S3Error
+
+
+def _etags(value: str) -> list[str]:
+    return [v.strip().strip('"') for v in value.split(",") if v.strip()]
+
+
+def _parse_http_date(value: str) -> datetime | None:
+    try:
+        parsed = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return parsed
+
+
+def check_conditions(
+    etag: str,
+    last_modified: datetime,
+    if_match: str | None = None,
+    if_none_match: str | None = None,
+    if_modified_since: str | None = None,
+    if_unmodified_since: str | None = None,
+    *,
+    copy_source: bool = False,
+) -> None:
+    """Raise PreconditionFailed (412) or NotModified (304) the way S3 does.
+
+    S3's precedence: If-Match true makes If-Unmodified-Since irrelevant; If-None-Match false
+    gives 304 even when If-Modified-Since would be true. For copy sources every failure is 412.
+    """
+    bare = etag.strip('"')
+    lm = last_modified.replace(microsecond=0)
+    if if_match is not None:
+        tags = _etags(if_match)
+        if "*" not in tags and bare not in tags:
+            raise S3Error("PreconditionFailed", Condition="If-Match")
+    elif if_unmodified_since is not None:
+        when = _parse_http_date(if_unmodified_since)
+        if when is not None and lm > when:
+            raise S3Error("PreconditionFailed", Condition="If-Unmodified-Since")
+    if if_none_match is not None:
+        tags = _etags(if_none_match)
+        if "*" in tags or bare in tags:
+            if copy_source:
+                raise S3Error("PreconditionFailed", Condition="If-None-Match")
+            raise S3Error("NotModified", headers={"ETag": f'"{bare}"'})
+    elif if_modified_since is not None:
+        when = _parse_http_date(if_modified_since)
+        if when is not None and lm <= when:
+            if copy_source:
+                raise S3Error("PreconditionFailed", Condition="If-Modified-Since")
+            raise S3Error("NotModified", headers={"ETag": f'"{bare}"'})

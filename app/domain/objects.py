@@ -1,0 +1,74 @@
+"""Values the services hand to entry points: object metadata, listings, uploads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+# Content headers S3 stores with an object and returns on GET/HEAD.
+CONTENT_HEADERS = ("content-type", "content-encoding", "content-disposition", "content-language",
+                   "cache-control", "expires")
+
+
+@dataclass(slots=True)
+class ObjectMeta:
+    key: str
+    size: int
+    etag: str  # without quotes
+    last_modified: datetime
+    content_headers: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)  # x-amz-meta-* without the prefix
+    checksums: dict[str, str] = field(default_factory=dict)  # ALG -> base64
+    version_id: str | None = None
+    storage_class: str = "STANDARD"
+    parts_count: int | None = None
+
+    @property
+    def content_type(self) -> str:
+        return self.content_headers.get("content-type", "binary/octet-stream")
+
+
+@dataclass(slots=True)
+class ObjectSummary:
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime
+    storage_class: str = "STANDARD"
+    version_id: str | None = None
+    is_latest: bool = True
+    is_delete_marker: bool = False
+
+
+@dataclass(slots=True)
+class ListPage:
+    """One page of a listing; ``next_marker`` is the last key or prefix it returned."""
+
+    contents: list[ObjectSummary]
+    common_prefixes: list[str]
+    is_truncated: bool
+    next_marker: str | None = None
+
+
+@dataclass(slots=True)
+class BucketInfo:
+    name: str
+    created: datetime
+
+
+@dataclass(slots=True)
+class PartInfo:
+    part_number: int
+    size: int
+    etag: str
+    last_modified: datetime
+    checksums: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class UploadInfo:
+    upload_id: str
+    bucket: str
+    key: str
+    initiated: datetime
+    checksum_algorithm: str | None = None

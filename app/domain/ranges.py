@@ -1,0 +1,79 @@
+"""HTTP Range for S3: one range only, bytes unit, S3's rules for what is ignored vs refused."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from app.domain.errors import S3Error
+
+_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange:
+    """Inclusive first..last within an object of ``size`` bytes."""
+
+    first: int
+    last: int
+    size: int
+
+    @property
+    def length(self) -> int:
+        return self.last - self.first + 1
+
+    @property
+    def content_range(self) -> str:
+        return f"bytes {self.first}-{self.last}/{self.size}"
+
+
+def parse_range(header: str | None, size: int) -> ByteRange | None:
+    """Return the range to serve, ``None`` for the whole object.
+
+    Like S3: a syntactically invalid or multi-range header is ignored (whole object); a valid
+    range that starts past the end is ``InvalidRange`` (416).
+    """
+    if not header:
+        return None
+    match = _RANGE.match(header)
+    if match is None:
+        return None
+    start_s, end_s = match.groups()
+    if not start_s and not end_s:
+        return None
+    if not start_s:  # suffix: last N bytes
+        suffix = int(end_s)
+        if suffix == 0:
+            raise S3Error("InvalidRange", ActualObjectSize=str(size), RangeRequested=header)
+        if size == 0:
+            return None
+        return ByteRange(max(0, size - suffix), size - 1, size)
+    first = int(start_s)
+    if end_s:
+        last = int(end_s)
+        if last < first:
+            return None
+    else:
+        last = size - 1
+    if first >= size:
+        raise S3Error("InvalidRange", ActualObjectSize=str(size), RangeRequested=header)
+    return ByteRange(first, min(last, size - 1), size)
+
+
+def honoured_range_header(header: str | None) -> str | None:
+    """The header if S3 would act on it (one satisfiable-looking range), else ``None``.
+
+    Used before the size is known, e.g. to forward a Range to the remote only when S3 would
+    honour it: an ignored header must not turn a 200 into a 206 or a 416.
+    """
+    if not header:
+        return None
+    match = _RANGE.match(header)
+    if match is None:
+        return None
+    start_s, end_s = match.groups()
+    if not start_s and not end_s:
+        return None
+    if start_s and end_s and int(end_s) < int(start_s):
+        return None
+    return f"bytes={start_s}-{end_s}"

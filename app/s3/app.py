@@ -1,0 +1,142 @@
+"""The S3 data plane as a lean ASGI application.
+
+Kept outside FastAPI on purpose: per-request framework overhead dominates small hits (see
+DESIGN.md's measurements), and S3 routing depends on query and headers, not only the path.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import anyio.to_thread
+
+from app.adapters.catalog.repo import Catalog
+from app.domain.errors import S3Error
+from app.s3 import xml
+from app.s3.request import ClientDisconnected, S3Request, parse_query, split_target
+from app.s3.response import Response
+from app.s3.router import resolve
+from app.s3.sigv4 import RequestParts, SigV4Verifier
+from app.services.gateway import Gateway
+
+log = logging.getLogger("ferry.s3")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
+_QUERY_CREDENTIAL = re.compile(rb"(?:^|&)X-Amz-Credential=([^&%]+)(?:%2F|/)", re.IGNORECASE)
+
+
+def _headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name_b, value_b in raw:
+        name = name_b.decode("latin-1").lower()
+        value = value_b.decode("latin-1")
+        out[name] = f"{out[name]},{value}" if name in out else value
+    return out
+
+
+def access_key_of(headers: dict[str, str], query_string: bytes) -> str | None:
+    auth = headers.get("authorization", "")
+    match = _CREDENTIAL.search(auth)
+    if match:
+        return match.group(1)
+    qmatch = _QUERY_CREDENTIAL.search(query_string)
+    return qmatch.group(1).decode("latin-1") if qmatch else None
+
+
+class S3App:
+    def __init__(self, gateway: Gateway, catalog: Catalog, *, domain: str | None = None,
+                 max_skew_seconds: int = 900) -> None:
+        self.gateway = gateway
+        self.catalog = catalog
+        self.domain = domain.lower() if domain else None
+        self.verifier = SigV4Verifier(lambda ak: catalog.lookup_key(ak)[0], max_skew_seconds=max_skew_seconds)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request_id = secrets.token_hex(8).upper()
+        method = scope["method"]
+        req: S3Request | None = None
+        try:
+            req = await self._parse(scope, receive, request_id)
+            await self._authenticate(req, scope)
+            route = resolve(req)
+            response = await route.handler(req, self.gateway)
+        except ClientDisconnected:
+            return
+        except S3Error as err:
+            response = self._error(err, req, request_id)
+        except Exception:
+            log.exception("internal error handling %s %s", method, scope.get("path"))
+            response = self._error(S3Error("InternalError"), req, request_id)
+        await self._send(send, response, request_id, head=method == "HEAD")
+
+    async def _parse(self, scope: Scope, receive: Receive, request_id: str) -> S3Request:
+        headers = _headers(scope["headers"])
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        bucket, key = split_target(raw_path, headers.get("host", ""), self.domain)
+        query = parse_query(scope.get("query_string", b""))
+        return S3Request(scope["method"], bucket, key, query, headers, raw_path, receive,  # type: ignore[arg-type]
+                         request_id=request_id)
+
+    async def _authenticate(self, req: S3Request, scope: Scope) -> None:
+        access_key = access_key_of(req.headers, scope.get("query_string", b""))
+        if access_key is None:
+            if req.headers.get("authorization", "").startswith("AWS "):
+                raise S3Error("InvalidRequest", "Signature version 2 is not supported; use AWS4-HMAC-SHA256.")
+            raise S3Error("AccessDenied", "Anonymous access is not allowed.")
+        secret, tenant = await anyio.to_thread.run_sync(self.catalog.lookup_key, access_key)
+        parts = RequestParts(req.method, req.raw_path, scope.get("query_string", b""), scope["headers"])
+        req.auth = self.verifier.verify(parts)
+        req.tenant_id = tenant
+
+    @staticmethod
+    def _error(err: S3Error, req: S3Request | None, request_id: str) -> Response:
+        if err.status == 304:
+            return Response(304, list(err.headers.items()))
+        body = xml.error_document(err.code, err.message, req.resource if req else None, request_id, err.fields)
+        response = Response.xml(body, err.status)
+        response.headers += list(err.headers.items())
+        if err.code == "SlowDown" and not any(k.lower() == "retry-after" for k, _ in err.headers.items()):
+            response.headers.append(("Retry-After", "1"))
+        return response
+
+    @staticmethod
+    async def _send(send: Send, response: Response, request_id: str, *, head: bool) -> None:
+        headers = [(k.encode("latin-1", "replace") if not k.isascii() else k.encode(),
+                    v.encode("latin-1") if _latin1(v) else v.encode("utf-8"))
+                   for k, v in response.headers]
+        headers.append((b"x-amz-request-id", request_id.encode()))
+        headers.append((b"server", b"Ferry"))
+        body = response.body
+        if isinstance(body, bytes):
+            length = response.length if head and response.length is not None else len(body)
+            headers.append((b"content-length", str(length).encode()))
+            await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            await send({"type": "http.response.body", "body": b"" if head else body})
+            return
+        if response.length is not None:
+            headers.append((b"content-length", str(response.length).encode()))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        sent = 0
+        async for chunk in body:
+            sent += len(chunk)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if response.length is not None and sent != response.length:
+            # Never let a short body look complete: drop the connection instead.
+            raise RuntimeError(f"body ended after {sent} of {response.length} bytes")
+        await send({"type": "http.response.body", "body": b""})
+
+
+def _latin1(value: str) -> bool:
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True

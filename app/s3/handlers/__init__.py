@@ -1,0 +1,1 @@
+"""S3 operation handlers: translate a request into a service call and its answer into S3."""

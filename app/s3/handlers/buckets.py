@@ -1,0 +1,199 @@
+"""Bucket operations and listings."""
+
+from __future__ import annotations
+
+from app.domain.errors import S3Error
+from app.domain.objects import ListPage
+from app.s3 import xml
+from app.s3.handlers.common import check_encoding, encode_name, int_arg
+from app.s3.request import S3Request
+from app.s3.response import Response
+from app.s3.tokens import decode_token, encode_token
+from app.services.gateway import Gateway
+
+OWNER = "<Owner><ID>ferry</ID><DisplayName>ferry</DisplayName></Owner>"
+
+
+def _bucket(req: S3Request) -> str:
+    assert req.bucket is not None
+    return req.bucket
+
+
+async def list_buckets(req: S3Request, gw: Gateway) -> Response:
+    buckets = await gw.list_buckets()
+    inner = OWNER + "<Buckets>" + "".join(
+        f"<Bucket>{xml.element('Name', b.name)}{xml.element('CreationDate', xml.iso8601(b.created))}</Bucket>"
+        for b in buckets
+    ) + "</Buckets>"
+    return Response.xml(xml.document("ListAllMyBucketsResult", inner))
+
+
+async def create_bucket(req: S3Request, gw: Gateway) -> Response:
+    body = await req.read_body(64 * 1024)
+    location = xml.parse_location_constraint(body)
+    await gw.create_bucket(_bucket(req), location)
+    return Response(200, [("Location", f"/{req.bucket}")])
+
+
+async def head_bucket(req: S3Request, gw: Gateway) -> Response:
+    await gw.head_bucket(_bucket(req))
+    return Response(200, [("x-amz-bucket-region", gw.region)])
+
+
+async def delete_bucket(req: S3Request, gw: Gateway) -> Response:
+    await gw.delete_bucket(_bucket(req))
+    return Response(204)
+
+
+async def get_bucket_location(req: S3Request, gw: Gateway) -> Response:
+    location = await gw.bucket_location(_bucket(req))
+    if location in (None, "", "us-east-1"):
+        body = xml.HEADER + f'<LocationConstraint xmlns="{xml.NS}"/>'
+    else:
+        body = xml.HEADER + f'<LocationConstraint xmlns="{xml.NS}">{xml.text(location)}</LocationConstraint>'
+    return Response.xml(body.encode())
+
+
+async def get_bucket_versioning(req: S3Request, gw: Gateway) -> Response:
+    await gw.head_bucket(_bucket(req))
+    return Response.xml(xml.HEADER.encode() + f'<VersioningConfiguration xmlns="{xml.NS}"/>'.encode())
+
+
+def _contents(page: ListPage, encoding: str | None) -> str:
+    return "".join(
+        "<Contents>"
+        + xml.element("Key", encode_name(c.key, encoding))
+        + xml.element("LastModified", xml.iso8601(c.last_modified))
+        + xml.element("ETag", f'"{c.etag}"')
+        + xml.element("Size", c.size)
+        + xml.element("StorageClass", c.storage_class)
+        + "</Contents>"
+        for c in page.contents
+    )
+
+
+def _prefixes(page: ListPage, encoding: str | None) -> str:
+    return "".join(f"<CommonPrefixes>{xml.element('Prefix', encode_name(p, encoding))}</CommonPrefixes>"
+                   for p in page.common_prefixes)
+
+
+def _listing_args(req: S3Request) -> tuple[str, str | None, int, str | None]:
+    encoding = check_encoding(req)
+    prefix = req.query.get("prefix", "")
+    delimiter = req.query.get("delimiter") or None
+    max_keys = int_arg(req, "max-keys", 1000)
+    return prefix, delimiter, max_keys, encoding
+
+
+async def list_objects_v2(req: S3Request, gw: Gateway) -> Response:
+    prefix, delimiter, max_keys, encoding = _listing_args(req)
+    token = req.query.get("continuation-token")
+    start_after = req.query.get("start-after")
+    marker = decode_token(token) if token is not None else start_after
+    if token is not None and start_after and start_after > marker:
+        marker = start_after
+    page = await gw.list_objects(_bucket(req), prefix, delimiter, marker or None, max_keys)
+    parts = [
+        xml.element("Name", req.bucket),
+        xml.element("Prefix", encode_name(prefix, encoding)),
+    ]
+    if delimiter:
+        parts.append(xml.element("Delimiter", encode_name(delimiter, encoding)))
+    parts += [
+        xml.element("MaxKeys", max_keys),
+        xml.element("EncodingType", encoding),
+        xml.element("KeyCount", len(page.contents) + len(page.common_prefixes)),
+        xml.element("IsTruncated", "true" if page.is_truncated else "false"),
+        xml.element("ContinuationToken", token),
+        xml.element("StartAfter", encode_name(start_after, encoding) if start_after else None),
+    ]
+    if page.is_truncated and page.next_marker:
+        parts.append(xml.element("NextContinuationToken", encode_token(page.next_marker)))
+    parts += [_contents(page, encoding), _prefixes(page, encoding)]
+    return Response.xml(xml.document("ListBucketResult", parts))
+
+
+async def list_objects_v1(req: S3Request, gw: Gateway) -> Response:
+    prefix, delimiter, max_keys, encoding = _listing_args(req)
+    marker = req.query.get("marker") or None
+    page = await gw.list_objects(_bucket(req), prefix, delimiter, marker, max_keys)
+    parts = [
+        xml.element("Name", req.bucket),
+        xml.element("Prefix", encode_name(prefix, encoding)),
+        xml.element("Marker", encode_name(marker or "", encoding)),
+        xml.element("MaxKeys", max_keys),
+    ]
+    if delimiter:
+        parts.append(xml.element("Delimiter", encode_name(delimiter, encoding)))
+    parts += [
+        xml.element("EncodingType", encoding),
+        xml.element("IsTruncated", "true" if page.is_truncated else "false"),
+    ]
+    if page.is_truncated and page.next_marker:
+        parts.append(xml.element("NextMarker", encode_name(page.next_marker, encoding)))
+    parts += [_contents(page, encoding), _prefixes(page, encoding)]
+    return Response.xml(xml.document("ListBucketResult", parts))
+
+
+async def list_object_versions(req: S3Request, gw: Gateway) -> Response:
+    prefix, delimiter, max_keys, encoding = _listing_args(req)
+    key_marker = req.query.get("key-marker") or None
+    page = await gw.list_versions(_bucket(req), prefix, delimiter, key_marker, max_keys)
+    parts = [
+        xml.element("Name", req.bucket),
+        xml.element("Prefix", encode_name(prefix, encoding)),
+        xml.element("KeyMarker", encode_name(key_marker or "", encoding)),
+        xml.element("VersionIdMarker", req.query.get("version-id-marker", "")),
+        xml.element("MaxKeys", max_keys),
+    ]
+    if delimiter:
+        parts.append(xml.element("Delimiter", encode_name(delimiter, encoding)))
+    parts += [
+        xml.element("EncodingType", encoding),
+        xml.element("IsTruncated", "true" if page.is_truncated else "false"),
+    ]
+    if page.is_truncated and page.next_marker:
+        parts.append(xml.element("NextKeyMarker", encode_name(page.next_marker, encoding)))
+        parts.append(xml.element("NextVersionIdMarker", "null"))
+    for item in page.contents:
+        tag = "DeleteMarker" if item.is_delete_marker else "Version"
+        parts.append(
+            f"<{tag}>"
+            + xml.element("Key", encode_name(item.key, encoding))
+            + xml.element("VersionId", item.version_id or "null")
+            + xml.element("IsLatest", "true" if item.is_latest else "false")
+            + xml.element("LastModified", xml.iso8601(item.last_modified))
+            + ("" if item.is_delete_marker else xml.element("ETag", f'"{item.etag}"')
+               + xml.element("Size", item.size) + xml.element("StorageClass", item.storage_class))
+            + OWNER
+            + f"</{tag}>"
+        )
+    parts.append(_prefixes(page, encoding))
+    return Response.xml(xml.document("ListVersionsResult", parts))
+
+
+async def delete_objects(req: S3Request, gw: Gateway) -> Response:
+    body = await req.read_body(2 * 1024 * 1024)
+    keys, quiet = xml.parse_delete(body)
+    plain: list[str] = []
+    failures: dict[str, tuple[str, str]] = {}
+    for key, version in keys:
+        if version not in (None, "null"):
+            failures[key] = ("NoSuchVersion", "The specified version does not exist.")
+        else:
+            plain.append(key)
+    failures.update(await gw.delete_objects(_bucket(req), plain))
+    parts = []
+    for key, version in keys:
+        if key in failures:
+            code, message = failures[key]
+            parts.append("<Error>" + xml.element("Key", key) + xml.element("Code", code)
+                         + xml.element("Message", message) + "</Error>")
+        elif not quiet:
+            parts.append("<Deleted>" + xml.element("Key", key)
+                         + (xml.element("VersionId", version) if version else "") + "</Deleted>")
+    return Response.xml(xml.document("DeleteResult", parts))
+
+
+async def not_implemented(req: S3Request, gw: Gateway) -> Response:
+    raise S3Error("NotImplemented", "This operation is not implemented by Ferry.")

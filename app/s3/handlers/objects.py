@@ -1,0 +1,138 @@
+"""Object operations: GET/HEAD with ranges and conditions, PUT, COPY, DELETE."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app.domain.conditions import check_conditions
+from app.domain.errors import S3Error
+from app.domain.objects import ObjectMeta
+from app.domain.ranges import ByteRange, honoured_range_header, parse_range
+from app.s3 import xml
+from app.s3.handlers.common import (
+    content_headers,
+    expected_digests,
+    parse_copy_source,
+    user_metadata,
+)
+from app.s3.request import S3Request
+from app.s3.response import Response, checksum_headers, object_headers
+from app.services.gateway import Gateway
+
+RESPONSE_OVERRIDES = {
+    "response-content-type": "Content-Type",
+    "response-content-language": "Content-Language",
+    "response-expires": "Expires",
+    "response-cache-control": "Cache-Control",
+    "response-content-disposition": "Content-Disposition",
+    "response-content-encoding": "Content-Encoding",
+}
+
+
+def _target(req: S3Request) -> tuple[str, str]:
+    assert req.bucket is not None and req.key is not None
+    return req.bucket, req.key
+
+
+def _check_version(req: S3Request) -> None:
+    """Unversioned buckets: ``versionId=null`` names the current object (rclone sends it)."""
+    version = req.query.get("versionId")
+    if version is not None and version != "null":
+        raise S3Error("NoSuchVersion", Key=req.key or "", VersionId=version)
+
+
+def _conditions(req: S3Request, meta: ObjectMeta) -> None:
+    h = req.headers
+    check_conditions(meta.etag, meta.last_modified, h.get("if-match"), h.get("if-none-match"),
+                     h.get("if-modified-since"), h.get("if-unmodified-since"))
+
+
+def _with_overrides(req: S3Request, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    overrides = {v: req.query[k] for k, v in RESPONSE_OVERRIDES.items() if k in req.query}
+    if not overrides:
+        return headers
+    lowered = {k.lower() for k in overrides}
+    return [(k, v) for k, v in headers if k.lower() not in lowered] + list(overrides.items())
+
+
+async def head_object(req: S3Request, gw: Gateway) -> Response:
+    _check_version(req)
+    if "partNumber" in req.query:
+        raise S3Error("NotImplemented", "GET/HEAD by partNumber is not implemented by Ferry.")
+    bucket, key = _target(req)
+    meta = await gw.head_object(bucket, key)
+    _conditions(req, meta)
+    headers = object_headers(meta)
+    rng = parse_range(req.header("range"), meta.size)
+    if rng is not None:
+        headers.append(("Content-Range", rng.content_range))
+        return Response(206, _with_overrides(req, headers), b"", rng.length)
+    if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
+        headers += checksum_headers(meta.checksums)
+    return Response(200, _with_overrides(req, headers), b"", meta.size)
+
+
+async def get_object(req: S3Request, gw: Gateway) -> Response:
+    _check_version(req)
+    if "partNumber" in req.query:
+        raise S3Error("NotImplemented", "GET/HEAD by partNumber is not implemented by Ferry.")
+    bucket, key = _target(req)
+    range_header = honoured_range_header(req.header("range"))
+    ranger: Callable[[int], ByteRange | None] = lambda size: parse_range(range_header, size)  # noqa: E731
+    read = await gw.get_object(bucket, key, range_header, ranger)
+    try:
+        _conditions(req, read.meta)
+    except S3Error:
+        read.close()
+        raise
+    headers = object_headers(read.meta)
+    if read.byte_range is not None:
+        headers.append(("Content-Range", read.byte_range.content_range))
+        return Response(206, _with_overrides(req, headers), read.stream, read.byte_range.length)
+    if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
+        headers += checksum_headers(read.meta.checksums)
+    return Response(200, _with_overrides(req, headers), read.stream, read.meta.size)
+
+
+async def put_object(req: S3Request, gw: Gateway) -> Response:
+    bucket, key = _target(req)
+    body = req.body()
+    if body.declared_size is None and body.declared_raw is None and "chunked" not in req.header(
+            "transfer-encoding", "").lower():
+        raise S3Error("MissingContentLength")
+    result = await gw.put_object(bucket, key, body, content_headers(req), user_metadata(req),
+                                 expected_digests(req, body.declared_size))
+    headers = [("ETag", f'"{result.etag}"')] + checksum_headers(result.checksums)
+    return Response(200, headers)
+
+
+def _copy_conditions(req: S3Request) -> Callable[[ObjectMeta], None]:
+    h = req.headers
+
+    def check(meta: ObjectMeta) -> None:
+        check_conditions(meta.etag, meta.last_modified, h.get("x-amz-copy-source-if-match"),
+                         h.get("x-amz-copy-source-if-none-match"),
+                         h.get("x-amz-copy-source-if-modified-since"),
+                         h.get("x-amz-copy-source-if-unmodified-since"), copy_source=True)
+
+    return check
+
+
+async def copy_object(req: S3Request, gw: Gateway) -> Response:
+    bucket, key = _target(req)
+    src_bucket, src_key = parse_copy_source(req.headers["x-amz-copy-source"])
+    directive = req.header("x-amz-metadata-directive", "COPY").upper()
+    if directive not in ("COPY", "REPLACE"):
+        raise S3Error("InvalidArgument", "Unknown metadata directive.", ArgumentName="x-amz-metadata-directive")
+    etag, modified = await gw.copy_object(bucket, key, src_bucket, src_key, directive == "REPLACE",
+                                          content_headers(req), user_metadata(req), _copy_conditions(req))
+    body = xml.document("CopyObjectResult", [xml.element("LastModified", xml.iso8601(modified)),
+                                             xml.element("ETag", f'"{etag}"')])
+    return Response.xml(body)
+
+
+async def delete_object(req: S3Request, gw: Gateway) -> Response:
+    _check_version(req)
+    bucket, key = _target(req)
+    await gw.delete_object(bucket, key)
+    return Response(204)

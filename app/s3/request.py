@@ -1,0 +1,160 @@
+"""An incoming S3 request: addressing (path or virtual-hosted), query, headers, body stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, unquote_to_bytes
+
+from app.domain.errors import S3Error
+from app.s3.chunked import AwsChunkedDecoder, ChunkSigningContext, is_streaming
+from app.s3.sigv4 import AuthResult
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+
+class ClientDisconnected(Exception):
+    """The client went away mid-request; nothing is answered."""
+
+
+def parse_query(raw: bytes) -> dict[str, str]:
+    """Percent-decoding only: S3 clients encode spaces as %20, and '+' is a literal plus."""
+    out: dict[str, str] = {}
+    if not raw:
+        return out
+    for pair in raw.decode("latin-1").split("&"):
+        if not pair:
+            continue
+        name, _, value = pair.partition("=")
+        name = unquote(name, errors="strict") if "%" in name else name
+        try:
+            out.setdefault(name, unquote(value, errors="strict") if "%" in value else value)
+        except UnicodeDecodeError as exc:
+            raise S3Error("InvalidArgument", f"Query parameter {name} is not valid UTF-8") from exc
+    return out
+
+
+def split_target(raw_path: bytes, host: str, domain: str | None) -> tuple[str | None, str | None]:
+    """(bucket, key) from the Host header (virtual-hosted style) or the path (path style)."""
+    try:
+        path = unquote_to_bytes(raw_path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise S3Error("InvalidURI", "Couldn't parse the specified URI.", status=400) from exc
+    hostname = host.rsplit(":", 1)[0] if host and not host.endswith("]") else host
+    hostname = hostname.lower() if hostname else ""
+    if domain and hostname.endswith("." + domain):
+        bucket = hostname[: -len(domain) - 1]
+        key = path[1:] if path.startswith("/") else path
+        return bucket, key or None
+    if not path.startswith("/"):
+        raise S3Error("InvalidURI", "Couldn't parse the specified URI.", status=400)
+    bucket, _, key = path[1:].partition("/")
+    return (bucket or None), (key or None)
+
+
+@dataclass
+class S3Request:
+    method: str
+    bucket: str | None
+    key: str | None
+    query: dict[str, str]
+    headers: dict[str, str]
+    raw_path: bytes
+    receive: Receive
+    auth: AuthResult | None = None
+    tenant_id: int | None = None
+    request_id: str = ""
+    _body: RequestBody | None = field(default=None, repr=False)
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name, default)
+
+    @property
+    def resource(self) -> str:
+        if self.bucket and self.key:
+            return f"/{self.bucket}/{self.key}"
+        return f"/{self.bucket}" if self.bucket else "/"
+
+    def body(self) -> RequestBody:
+        if self._body is None:
+            self._body = RequestBody(self)
+        return self._body
+
+    async def read_body(self, limit: int = 2 * 1024 * 1024) -> bytes:
+        """Small bodies (XML documents) into memory, refusing anything larger than ``limit``."""
+        out = bytearray()
+        async for piece in self.body():
+            out += piece
+            if len(out) > limit:
+                raise S3Error("MaxMessageLengthExceeded", "Your request was too big.", status=400)
+        return bytes(out)
+
+
+class RequestBody:
+    """Decoded payload of a request: aws-chunked framing removed, trailers kept aside."""
+
+    def __init__(self, request: S3Request) -> None:
+        self.request = request
+        self.trailers: dict[str, str] = {}
+        headers = request.headers
+        sha = headers.get("x-amz-content-sha256")
+        self.decoder: AwsChunkedDecoder | None = None
+        if is_streaming(sha):
+            signing = None
+            auth = request.auth
+            if sha and sha.startswith("STREAMING-AWS4-HMAC-SHA256") and auth is not None:
+                signing = ChunkSigningContext(auth.signing_key, auth.amz_date, auth.scope, auth.signature)
+            self.decoder = AwsChunkedDecoder(sha or "", signing)
+        self.declared_raw = _int_header(headers.get("content-length"))
+        decoded = headers.get("x-amz-decoded-content-length")
+        self.declared_size = _int_header(decoded) if self.decoder else self.declared_raw
+        self.payload_sha256 = sha if sha and len(sha) == 64 else None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[bytes]:
+        import hashlib
+
+        received = 0
+        hasher = hashlib.sha256() if self.payload_sha256 else None
+        while True:
+            message = await self.request.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnected()
+            chunk: bytes = message.get("body", b"")
+            received += len(chunk)
+            if self.declared_raw is not None and received > self.declared_raw:
+                raise S3Error("IncompleteBody")
+            if chunk:
+                if self.decoder is not None:
+                    for piece in self.decoder.feed(chunk):
+                        yield piece
+                else:
+                    if hasher is not None:
+                        hasher.update(chunk)
+                    yield chunk
+            if not message.get("more_body", False):
+                break
+        if self.declared_raw is not None and received != self.declared_raw:
+            raise S3Error("IncompleteBody")
+        if self.decoder is not None:
+            self.trailers = self.decoder.close()
+            if self.declared_size is not None and self.decoder.decoded_length != self.declared_size:
+                raise S3Error("IncompleteBody")
+        elif hasher is not None and hasher.hexdigest() != self.payload_sha256:
+            raise S3Error("XAmzContentSHA256Mismatch", ClientComputedContentSHA256=self.payload_sha256 or "",
+                          S3ComputedContentSHA256=hasher.hexdigest())
+
+
+def _int_header(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise S3Error("InvalidArgument", "Invalid length header") from exc
+    if number < 0:
+        raise S3Error("InvalidArgument", "Invalid length header")
+    return number

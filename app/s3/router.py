@@ -1,0 +1,83 @@
+"""Which S3 operation a request is: S3 selects it by method, target and query/headers.
+
+A plain path router cannot do this (``PUT /b/k`` is PutObject, CopyObject or UploadPart), so
+this is an explicit table, checked top to bottom; the first matching row wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from app.s3.handlers import buckets, multipart, objects
+from app.s3.request import S3Request
+from app.s3.response import Response
+from app.services.gateway import Gateway
+
+Handler = Callable[[S3Request, Gateway], Awaitable[Response]]
+
+# Bucket subresources S3 has and Ferry does not: answered with NotImplemented, not misrouted.
+UNSUPPORTED_SUBRESOURCES = frozenset({
+    "accelerate", "acl", "analytics", "cors", "encryption", "intelligent-tiering", "inventory",
+    "lifecycle", "logging", "metrics", "notification", "object-lock", "ownershipControls", "policy",
+    "policyStatus", "publicAccessBlock", "replication", "requestPayment", "tagging", "website",
+    "legal-hold", "retention", "torrent", "restore", "select", "attributes",
+})
+
+
+@dataclass(frozen=True)
+class Route:
+    name: str
+    method: str
+    target: str  # "service", "bucket" or "object"
+    handler: Handler
+    query: tuple[str, ...] = ()
+    header: str | None = None
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("ListBuckets", "GET", "service", buckets.list_buckets),
+    # bucket
+    Route("GetBucketLocation", "GET", "bucket", buckets.get_bucket_location, ("location",)),
+    Route("GetBucketVersioning", "GET", "bucket", buckets.get_bucket_versioning, ("versioning",)),
+    Route("ListObjectVersions", "GET", "bucket", buckets.list_object_versions, ("versions",)),
+    Route("ListMultipartUploads", "GET", "bucket", multipart.list_uploads, ("uploads",)),
+    Route("ListObjectsV2", "GET", "bucket", buckets.list_objects_v2, ("list-type",)),
+    Route("ListObjects", "GET", "bucket", buckets.list_objects_v1),
+    Route("HeadBucket", "HEAD", "bucket", buckets.head_bucket),
+    Route("CreateBucket", "PUT", "bucket", buckets.create_bucket),
+    Route("DeleteBucket", "DELETE", "bucket", buckets.delete_bucket),
+    Route("DeleteObjects", "POST", "bucket", buckets.delete_objects, ("delete",)),
+    # object
+    Route("ListParts", "GET", "object", multipart.list_parts, ("uploadId",)),
+    Route("GetObject", "GET", "object", objects.get_object),
+    Route("HeadObject", "HEAD", "object", objects.head_object),
+    Route("UploadPartCopy", "PUT", "object", multipart.upload_part_copy, ("partNumber", "uploadId"),
+          "x-amz-copy-source"),
+    Route("UploadPart", "PUT", "object", multipart.upload_part, ("partNumber", "uploadId")),
+    Route("CopyObject", "PUT", "object", objects.copy_object, (), "x-amz-copy-source"),
+    Route("PutObject", "PUT", "object", objects.put_object),
+    Route("CreateMultipartUpload", "POST", "object", multipart.create_upload, ("uploads",)),
+    Route("CompleteMultipartUpload", "POST", "object", multipart.complete_upload, ("uploadId",)),
+    Route("AbortMultipartUpload", "DELETE", "object", multipart.abort_upload, ("uploadId",)),
+    Route("DeleteObject", "DELETE", "object", objects.delete_object),
+)
+
+NOT_IMPLEMENTED = Route("NotImplemented", "*", "*", buckets.not_implemented)
+
+
+def resolve(req: S3Request) -> Route:
+    """The operation for a request; unknown subresources and methods answer NotImplemented."""
+    target = "object" if req.key else ("bucket" if req.bucket else "service")
+    if UNSUPPORTED_SUBRESOURCES.intersection(req.query):
+        return NOT_IMPLEMENTED
+    method = req.method
+    for route in ROUTES:
+        if route.method != method or route.target != target:
+            continue
+        if not all(q in req.query for q in route.query):
+            continue
+        if route.header and route.header not in req.headers:
+            continue
+        return route
+    return NOT_IMPLEMENTED
