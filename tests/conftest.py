@@ -1,0 +1,199 @@
+"""Shared fixtures. Servers and certificates live in tests/support; this file only wires them.
+
+Markers (declared in pyproject.toml): ``fleet`` tests need PostgreSQL and Redis; they are skipped
+when either is unreachable, or fail instead when FERRY_REQUIRE_SERVICES=1 (CI sets it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `import tests.support...` also under a bare `pytest`
+    sys.path.insert(0, str(ROOT))
+
+from tests.support.seaweed import SeaweedServer  # noqa: E402
+from tests.support.tls import TLSFiles, make_tls_files  # noqa: E402
+
+# ------------------------------------------------------------------ fleet services
+
+POSTGRES_HOST, POSTGRES_PORT = "127.0.0.1", 5432
+REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+TEST_DATABASE = "ferry_test"
+POSTGRES_URL = os.environ.get(
+    "FERRY_TEST_DATABASE_URL",
+    f"postgresql+psycopg://postgres@{POSTGRES_HOST}:{POSTGRES_PORT}/{TEST_DATABASE}",
+)
+REDIS_URL = os.environ.get("FERRY_TEST_BROKER_URL", f"redis://{REDIS_HOST}:{REDIS_PORT}/15")
+
+
+def services_required() -> bool:
+    return os.environ.get("FERRY_REQUIRE_SERVICES", "") not in ("", "0", "false", "no")
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+_fleet_problem: list[str | None] = []  # memo: [None] = fine, [reason] = unavailable
+
+
+def fleet_unavailable() -> str | None:
+    """Why PostgreSQL/Redis cannot be used, or None. Checked once per session."""
+    if not _fleet_problem:
+        missing = [
+            f"{name} ({host}:{port})"
+            for name, host, port in (
+                ("PostgreSQL", POSTGRES_HOST, POSTGRES_PORT),
+                ("Redis", REDIS_HOST, REDIS_PORT),
+            )
+            if not _reachable(host, port)
+        ]
+        _fleet_problem.append(f"not reachable: {', '.join(missing)}" if missing else None)
+    return _fleet_problem[0]
+
+
+def require_fleet() -> None:
+    """Skip the calling test (or fail it, with FERRY_REQUIRE_SERVICES=1) without the services."""
+    problem = fleet_unavailable()
+    if problem is None:
+        return
+    if services_required():
+        pytest.fail(f"fleet services required (FERRY_REQUIRE_SERVICES=1) but {problem}", pytrace=False)
+    pytest.skip(f"fleet test skipped: {problem} (set FERRY_REQUIRE_SERVICES=1 to fail instead)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("fleet") is not None:
+        require_fleet()
+
+
+@dataclass(frozen=True)
+class FleetServices:
+    postgres_url: str
+    redis_url: str
+
+
+@pytest.fixture(scope="session")
+def fleet_services() -> FleetServices:
+    """PostgreSQL (database ``ferry_test``, created if missing) and Redis; skip/fail without them."""
+    require_fleet()
+    _ensure_database(POSTGRES_URL)
+    return FleetServices(postgres_url=POSTGRES_URL, redis_url=REDIS_URL)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(fleet_services: FleetServices) -> str:
+    """``postgresql+psycopg://postgres@127.0.0.1:5432/ferry_test`` (FERRY_TEST_DATABASE_URL overrides)."""
+    return fleet_services.postgres_url
+
+
+@pytest.fixture(scope="session")
+def redis_url(fleet_services: FleetServices) -> str:
+    """``redis://127.0.0.1:6379/15`` (FERRY_TEST_BROKER_URL overrides)."""
+    return fleet_services.redis_url
+
+
+def _ensure_database(url: str) -> None:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if not u.drivername.startswith("postgresql") or not u.database:
+        return
+    admin = psycopg.connect(
+        host=u.host or POSTGRES_HOST,
+        port=u.port or POSTGRES_PORT,
+        user=u.username or "postgres",
+        password=u.password,
+        dbname="postgres",
+        autocommit=True,
+        connect_timeout=5,
+    )
+    with admin:
+        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (u.database,)).fetchone()
+        if not exists:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # created concurrently
+                admin.execute(f'CREATE DATABASE "{u.database}"')
+
+
+# ------------------------------------------------------------------ remote region (SeaweedFS)
+
+
+@pytest.fixture(scope="session")
+def seaweed() -> Iterator[SeaweedServer]:
+    """One real SeaweedFS S3 server (``weed mini``) for the whole session.
+
+    Tests that stop, pause or kill the server must leave it running again (``start()`` /
+    ``resume()``); tests that need their own server should start one: ``with SeaweedServer() as s``.
+    """
+    server = SeaweedServer().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def seaweed_bucket(seaweed: SeaweedServer) -> str:
+    """A fresh, empty bucket on the session's SeaweedFS server."""
+    return seaweed.create_bucket(f"t-{uuid.uuid4().hex[:16]}")
+
+
+# ------------------------------------------------------------------ TLS
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    """CA + server certificate for 127.0.0.1/localhost/::1: .cert_chain, .key, .ca_bundle."""
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
+
+
+# ------------------------------------------------------------------ gateway fixtures
+# (gateway apps, clients against them, fault-injecting remotes: import servers from tests/support)
+
+from tests.support.gateway import GatewayProcess  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def gateway(seaweed: SeaweedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """One ``ferry serve`` (embedded default) over HTTP in front of the session's SeaweedFS."""
+    with GatewayProcess(seaweed, tmp_path_factory.mktemp("gw")) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="session")
+def gateway_tls(seaweed: SeaweedServer, tls_files: TLSFiles,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """The same over HTTPS (self-signed CA): boto3 then sends aws-chunked bodies with trailers."""
+    with GatewayProcess(seaweed, tmp_path_factory.mktemp("gwtls"), tls=tls_files) as gw:
+        yield gw
+
+
+@pytest.fixture(params=["http", "https"])
+def s3(request: pytest.FixtureRequest) -> Any:
+    """A boto3 client against the gateway, over HTTP and over HTTPS."""
+    gw = request.getfixturevalue("gateway" if request.param == "http" else "gateway_tls")
+    return gw.client()
+
+
+@pytest.fixture
+def bucket(gateway: GatewayProcess) -> str:
+    """A fresh bucket created through the gateway."""
+    name = f"b-{uuid.uuid4().hex[:16]}"
+    gateway.client().create_bucket(Bucket=name)
+    return name

@@ -1,0 +1,128 @@
+"""A real Ferry gateway process (``ferry serve``) for tests, in front of a given remote.
+
+    gw = GatewayProcess(remote=seaweed, data_dir=tmp).start()
+    s3 = gw.client()          # boto3, path style, the bootstrap tenant's key
+    gw.kill(); gw.start()     # kill -9 and restart on the same port and data
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+ACCESS_KEY = "FERRYTESTKEY0000001"
+SECRET_KEY = "ferry-test-secret-key-0123456789abcdef"
+FERRY = str(Path(sys.executable).with_name("ferry"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class GatewayProcess:
+    def __init__(self, remote: Any, data_dir: Path | None = None, *, tls: Any = None, workers: int = 1,
+                 env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.remote = remote
+        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="ferry-gw-"))
+        self.tls = tls
+        self.workers = workers
+        self.extra_env = env or {}
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.data_dir / "gateway.log"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRY_", "AWS_"))}
+        env.update(
+            FERRY_HOST="127.0.0.1",
+            FERRY_PORT=str(self.port),
+            FERRY_WORKERS=str(self.workers),
+            FERRY_DATA_DIR=str(self.data_dir),
+            FERRY_REMOTE_ENDPOINT=self.remote.endpoint,
+            FERRY_REMOTE_REGION="us-east-1",
+            FERRY_REMOTE_ACCESS_KEY=self.remote.access_key,
+            FERRY_REMOTE_SECRET_KEY=self.remote.secret_key,
+            FERRY_ACCESS_KEY=ACCESS_KEY,
+            FERRY_SECRET_KEY=SECRET_KEY,
+            FERRY_LOG_LEVEL="warning",
+        )
+        if self.tls:
+            env.update(FERRY_TLS_CERT=str(self.tls.cert_chain), FERRY_TLS_KEY=str(self.tls.key))
+        env.update(self.extra_env)
+        return env
+
+    def start(self, timeout: float = 30.0) -> GatewayProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen([FERRY, "serve"], env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        ctx = self.tls.client_context() if self.tls else None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ferry serve exited {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.endpoint}/healthz", timeout=1, context=ctx) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.1)
+        raise RuntimeError(f"ferry serve did not answer within {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, size: int = 4000) -> str:
+        try:
+            return self.log_path.read_bytes()[-size:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def kill(self) -> None:
+        """kill -9 of the whole process group (all uvicorn workers)."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def client(self, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY, **config: Any) -> Any:
+        config.setdefault("s3", {"addressing_style": "path"})
+        config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            region_name="us-east-1",
+            verify=str(self.tls.ca_bundle) if self.tls else None,
+            config=Config(**config),
+        )
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,131 @@
+"""The test support servers themselves: a real SeaweedFS, TLS files, the fleet-service check."""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+
+from tests.support.seaweed import SeaweedServer
+from tests.support.tls import TLSFiles
+
+
+def test_put_get_and_restart_keeps_data(seaweed: SeaweedServer, seaweed_bucket: str) -> None:
+    s3 = seaweed.client()
+    body = b"ferry" * 1000
+    put = s3.put_object(Bucket=seaweed_bucket, Key="dir/obj.bin", Body=body, Metadata={"k": "v"})
+    got = s3.get_object(Bucket=seaweed_bucket, Key="dir/obj.bin")
+    assert got["Body"].read() == body
+    assert got["ETag"] == put["ETag"]
+    assert got["Metadata"] == {"k": "v"}
+    assert seaweed.startup_seconds is not None and seaweed.startup_seconds < 30
+
+    endpoint = seaweed.endpoint
+    seaweed.stop()
+    assert not seaweed.is_running()
+    seaweed.start()
+    assert seaweed.endpoint == endpoint  # same ports: clients made before the restart still work
+    got = s3.get_object(Bucket=seaweed_bucket, Key="dir/obj.bin")
+    assert got["Body"].read() == body
+    assert got["Metadata"] == {"k": "v"}
+    assert seaweed_bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+
+def test_kill_and_restart_keeps_acknowledged_data(seaweed: SeaweedServer, seaweed_bucket: str) -> None:
+    s3 = seaweed.client()
+    s3.put_object(Bucket=seaweed_bucket, Key="k", Body=b"durable")
+    seaweed.kill()
+    seaweed.start()
+    assert s3.get_object(Bucket=seaweed_bucket, Key="k")["Body"].read() == b"durable"
+
+
+def test_pause_makes_the_remote_hang(seaweed: SeaweedServer, seaweed_bucket: str) -> None:
+    impatient = seaweed.client(connect_timeout=0.5, read_timeout=0.5)
+    with seaweed.paused_for():
+        t0 = time.monotonic()
+        with pytest.raises((ReadTimeoutError, ConnectTimeoutError)):
+            impatient.head_bucket(Bucket=seaweed_bucket)
+        assert time.monotonic() - t0 < 10
+    impatient.head_bucket(Bucket=seaweed_bucket)
+
+
+def test_aws_like_bucket_behaviour(seaweed: SeaweedServer, seaweed_bucket: str) -> None:
+    s3 = seaweed.client()
+    s3.put_object(Bucket=seaweed_bucket, Key="k", Body=b"x")
+    with pytest.raises(s3.exceptions.ClientError) as e:
+        s3.delete_bucket(Bucket=seaweed_bucket)
+    assert e.value.response["Error"]["Code"] == "BucketNotEmpty"
+    with pytest.raises(s3.exceptions.NoSuchBucket):
+        s3.put_object(Bucket=f"{seaweed_bucket}-missing", Key="k", Body=b"x")
+
+
+def test_two_servers_at_once_get_distinct_ports() -> None:
+    with SeaweedServer() as a, SeaweedServer() as b:
+        assert a.endpoint != b.endpoint
+        a.client().create_bucket(Bucket="only-on-a")
+        names = [x["Name"] for x in b.client().list_buckets()["Buckets"]]
+        assert "only-on-a" not in names
+
+
+def test_tls_files_serve_https(tls_files: TLSFiles) -> None:
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    server.socket = tls_files.server_context().wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        for host in ("127.0.0.1", "localhost"):
+            with urllib.request.urlopen(
+                f"https://{host}:{port}/", context=tls_files.client_context(), timeout=5
+            ) as r:
+                assert r.read() == b"ok"
+        with pytest.raises(urllib.error.URLError) as e:
+            urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/", context=ssl.create_default_context(), timeout=5
+            )
+        assert "CERTIFICATE_VERIFY_FAILED" in str(e.value)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_boto3_against_seaweed_with_retries_config(seaweed: SeaweedServer) -> None:
+    # client() passes botocore Config options through
+    s3 = seaweed.client(retries={"max_attempts": 3, "mode": "standard"})
+    assert isinstance(s3.meta.config, Config)
+    assert s3.meta.config.retries["max_attempts"] == 3
+    assert s3.meta.endpoint_url == seaweed.endpoint
+
+
+@pytest.mark.fleet
+def test_fleet_services_answer(postgres_url: str, redis_url: str) -> None:
+    import redis
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(postgres_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT current_database()")).scalar() == "ferry_test"
+    finally:
+        engine.dispose()
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    try:
+        assert client.ping()
+    finally:
+        client.close()
