@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     secret_key: str | None = None
     admin_token: str | None = None
 
-    default_mode: WriteMode = "write-back"
+    default_mode: WriteMode = "write-through"
     multipart_part_size: int = Field(16 * 1024 * 1024, ge=5 * 1024 * 1024)
     multipart_concurrency: int = Field(8, ge=1, le=64)
     multipart_threshold: int = Field(64 * 1024 * 1024, ge=5 * 1024 * 1024)
