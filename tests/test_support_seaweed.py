@@ -109,7 +109,7 @@ def test_boto3_against_seaweed_with_retries_config(seaweed: SeaweedServer) -> No
     # client() passes botocore Config options through
     s3 = seaweed.client(retries={"max_attempts": 3, "mode": "standard"})
     assert isinstance(s3.meta.config, Config)
-    assert s3.meta.config.retries["max_attempts"] == 3
+    assert s3.meta.config.retries["total_max_attempts"] == 3
     assert s3.meta.endpoint_url == seaweed.endpoint
 
 

@@ -38,6 +38,7 @@ class GatewayProcess:
                  env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.remote = remote
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="ferry-gw-"))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         self.tls = tls
         self.workers = workers
         self.extra_env = env or {}

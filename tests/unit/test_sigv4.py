@@ -12,7 +12,7 @@ import time
 from functools import cache
 from typing import Any
 from unittest import mock
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 import boto3
 import botocore.auth
@@ -31,6 +31,7 @@ from app.s3.sigv4 import (
     AuthResult,
     RequestParts,
     SigV4Verifier,
+    _canonical_query_pairs,
     derive_signing_key,
     has_auth,
 )
@@ -512,6 +513,49 @@ def test_query_parameter_order_does_not_matter() -> None:
     verifier().verify(replace(req, query_string=swapped))
 
 
+def _requote(part: bytes) -> str:
+    return quote(unquote_to_bytes(part.replace(b"+", b" ")), safe="-_.~")
+
+
+def _reference_canonical_query(qs: bytes) -> list[tuple[str, str]]:
+    """The slow, obviously-right canonicalisation: decode everything, re-encode everything."""
+    out = []
+    for segment in qs.split(b"&"):
+        name, eq, value = segment.partition(b"=")
+        if name or eq:
+            out.append((_requote(name), _requote(value)))
+    return sorted(out)
+
+
+_QUERY_BYTES = st.lists(
+    st.sampled_from([b"a", b"Z", b"0", b"-", b".", b"_", b"~", b"=", b"&", b"+", b"%", b"/", b" ", b"\xc3"])
+    | st.sampled_from([b"%2F", b"%2f", b"%7E", b"%41", b"%20", b"%2B", b"%25", b"%C3%BC", b"%3D", b"%26"]),
+    max_size=30,
+).map(b"".join)
+
+
+@FUZZ
+@given(_QUERY_BYTES | st.binary(max_size=40))
+def test_canonical_query_fast_path_matches_reference(qs: bytes) -> None:
+    assert _canonical_query_pairs(qs) == _reference_canonical_query(qs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key=st.text(min_size=1, max_size=80),
+    prefix=st.text(max_size=20),
+    token=st.text(max_size=20),
+)
+def test_fuzz_botocore_keys_and_query_values_verify(key: str, prefix: str, token: str) -> None:
+    v = verifier()
+    v.verify(capture("get_object", Bucket="bucket", Key=key))
+    params: dict[str, Any] = {"Bucket": "bucket", "Prefix": prefix}
+    if token:
+        params["ContinuationToken"] = token
+    v.verify(capture("list_objects_v2", **params))
+    v.verify(presign("get_object", {"Bucket": "bucket", "Key": key}))
+
+
 # -- header auth negatives -----------------------------------------------------------------
 
 
@@ -789,9 +833,13 @@ def test_signing_keys_are_cached() -> None:
         calls += 1
         return real(*args)
 
-    with mock.patch("app.s3.sigv4.derive_signing_key", counting):
-        v = verifier()
+    v = verifier()
     req = capture("get_object", Bucket="bucket", Key="k")
-    for _ in range(5):
-        v.verify(req)
+    with mock.patch("app.s3.sigv4.derive_signing_key", counting):
+        for _ in range(5):
+            assert v.verify(req).signing_key == real(SECRET, req_day(req), "us-east-1")
     assert calls == 1
+
+
+def req_day(req: RequestParts) -> str:
+    return header(req, b"x-amz-date").decode()[:8]
