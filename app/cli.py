@@ -104,6 +104,19 @@ def serve(
     )
 
 
+@cli.command()
+def quickstart(
+    data_dir: Annotated[Path, typer.Option(help="Where the remote region and the gateway keep data.")] = Path(
+        "./var/quickstart"),
+    port: Annotated[int, typer.Option(help="Gateway S3 port.")] = 9000,
+    remote_port: Annotated[int, typer.Option(help="SeaweedFS S3 port (uses the next 4 and +10000 too).")] = 18333,
+) -> None:
+    """Start a local remote region (SeaweedFS) and a gateway in front of it; print how to use it."""
+    from app.quickstart import run
+
+    run(data_dir, port, remote_port)
+
+
 def main() -> None:
     try:
         cli()
