@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, unquote_to_bytes
+from urllib.parse import unquote_plus, unquote_to_bytes
 
 from app.domain.errors import S3Error
 from app.s3.chunked import AwsChunkedDecoder, ChunkSigningContext, is_streaming
@@ -19,7 +19,7 @@ class ClientDisconnected(Exception):
 
 
 def parse_query(raw: bytes) -> dict[str, str]:
-    """Percent-decoding only: S3 clients encode spaces as %20, and '+' is a literal plus."""
+    """Form-style decoding, as S3 (and the SigV4 verifier) read it: ``+`` is a space, ``%2B`` a plus."""
     out: dict[str, str] = {}
     if not raw:
         return out
@@ -27,9 +27,9 @@ def parse_query(raw: bytes) -> dict[str, str]:
         if not pair:
             continue
         name, _, value = pair.partition("=")
-        name = unquote(name, errors="strict") if "%" in name else name
         try:
-            out.setdefault(name, unquote(value, errors="strict") if "%" in value else value)
+            name = unquote_plus(name, errors="strict")
+            out.setdefault(name, unquote_plus(value, errors="strict"))
         except UnicodeDecodeError as exc:
             raise S3Error("InvalidArgument", f"Query parameter {name} is not valid UTF-8") from exc
     return out
