@@ -100,6 +100,9 @@ def serve(
         log_level=settings.log_level,
         access_log=False,
         timeout_keep_alive=75,
+        # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
+        # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
+        timeout_graceful_shutdown=5,
         server_header=False,
     )
 

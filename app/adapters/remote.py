@@ -61,6 +61,9 @@ def translate_errors(bucket: str | None = None, key: str | None = None) -> Itera
         err = exc.response.get("Error", {})
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500))
         code = str(err.get("Code") or status)
+        message = err.get("Message") or None
+        if code.isdigit() or code == "NotFound":
+            message = None  # an HTTP reason phrase (body-less answer), not the remote's words
         if code in ("404", "NotFound"):
             code = "NoSuchKey" if key else "NoSuchBucket"
         elif code == "403":
@@ -79,7 +82,7 @@ def translate_errors(bucket: str | None = None, key: str | None = None) -> Itera
         if code not in ERROR_TABLE:
             # A remote-specific code still travels, with the remote's status (5xx stays 5xx).
             raise S3Error(code, str(err.get("Message") or code), status=status) from exc
-        raise S3Error(code, err.get("Message") or None, **fields) from exc
+        raise S3Error(code, message, **fields) from exc
     except (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionClosedError,
             botocore.exceptions.ReadTimeoutError, botocore.exceptions.ConnectTimeoutError) as exc:
         raise S3Error("ServiceUnavailable", f"The remote region is unreachable: {exc}") from exc
@@ -119,10 +122,25 @@ def object_params(meta_headers: dict[str, str], metadata: dict[str, str]) -> dic
             # boto3 wants a datetime; pass the original string through the header instead.
             continue
         if param:
-            params[param] = value
+            params[param] = wire_str(value)
     if metadata:
-        params["Metadata"] = dict(metadata)
+        params["Metadata"] = {name: wire_str(value) for name, value in metadata.items()}
     return params
+
+
+def wire_str(value: str) -> str:
+    """The str botocore puts on the wire as the client's original bytes.
+
+    Header values arrive as latin-1 strings of the raw bytes; botocore encodes header strings
+    as UTF-8, so raw UTF-8 (what clients send for non-ASCII metadata) must be handed over
+    decoded, or it reaches the remote double-encoded. Other bytes are passed as they are.
+    """
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
 
 
 class RemoteStore:
@@ -247,8 +265,14 @@ class RemoteStore:
 
     # ---- objects -----------------------------------------------------------------------------
     def head_object(self, bucket: str, key: str) -> ObjectMeta:
-        with translate_errors(bucket, key):
-            resp = self.client.head_object(Bucket=bucket, Key=key)
+        try:
+            with translate_errors(bucket, key):
+                resp = self.client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        except S3Error as err:
+            if err.code == "NoSuchKey":
+                # A HEAD 404 has no body to say which is missing: NoSuchBucket if the bucket is.
+                self.head_bucket(bucket)
+            raise
         return _meta_from_response(key, resp)
 
     def get_object(self, bucket: str, key: str, byte_range: str | None = None,
@@ -258,6 +282,9 @@ class RemoteStore:
             kwargs["Range"] = byte_range
         if if_match:
             kwargs["IfMatch"] = if_match
+        # Stored checksums in the answer (the entry point decides whether to relay them); as a
+        # header, not ChecksumMode, so botocore does not validate: the client does, end to end.
+        kwargs["FerryExtraHeaders"] = {"x-amz-checksum-mode": "ENABLED"}
         with translate_errors(bucket, key):
             resp = self.client.get_object(**kwargs)
         return _meta_from_response(key, resp), resp["Body"]
@@ -270,7 +297,7 @@ class RemoteStore:
         for alg, value in checksums.items():
             kwargs[_CHECKSUM_PARAM[alg]] = value
         if "expires" in content_headers:
-            kwargs["FerryExtraHeaders"] = {"Expires": content_headers["expires"]}
+            kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
         with translate_errors(bucket, key):
             resp = self.client.put_object(**kwargs)
         return str(resp.get("ETag", "")).strip('"')
@@ -283,7 +310,7 @@ class RemoteStore:
             kwargs.update(object_params(content_headers, metadata))
             kwargs["MetadataDirective"] = "REPLACE"
             if "expires" in content_headers:
-                kwargs["FerryExtraHeaders"] = {"Expires": content_headers["expires"]}
+                kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
         with translate_errors(src_bucket, src_key):
             resp = self.client.copy_object(**kwargs)
         result = resp.get("CopyObjectResult", {})
@@ -309,7 +336,7 @@ class RemoteStore:
         if checksum_algorithm:
             kwargs["ChecksumAlgorithm"] = checksum_algorithm
         if "expires" in content_headers:
-            kwargs["FerryExtraHeaders"] = {"Expires": content_headers["expires"]}
+            kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
         with translate_errors(bucket, key):
             return str(self.client.create_multipart_upload(**kwargs)["UploadId"])
 

@@ -25,3 +25,27 @@ def validate_key(key: str) -> None:
         raise S3Error("KeyTooLongError", Size=str(len(key.encode("utf-8", "surrogatepass"))))
     if "\x00" in key:
         raise S3Error("InvalidArgument", "Object key must not contain NUL")
+    _check_portable(key)
+
+
+# Keys S3 accepts but a filesystem-backed remote (measured on SeaweedFS, the reference remote)
+# would store under a *different* name or refuse: "a//b", "/a" and "a\\b" are silently stored
+# as "a/b", "a" and "a/b" (so a GET of one would return another object), and "." / ".."
+# segments are refused with a bare 400. Refusing them up front keeps every key 1:1 with the
+# remote object, with an error that says why.
+def _check_portable(key: str) -> None:
+    if key.startswith("/") or "//" in key:
+        raise S3Error("InvalidArgument", "Object key must not start with '/' or contain '//': the remote "
+                      "would store it under a different name")
+    if "\\" in key:
+        raise S3Error("InvalidArgument", "Object key must not contain '\\': the remote would store it "
+                      "under a different name")
+    if any(segment in (".", "..") for segment in key.split("/")):
+        raise S3Error("InvalidArgument", "Object key must not contain '.' or '..' path segments")
+
+
+def validate_object_size(key: str, size: int) -> None:
+    """A key ending in '/' is a folder marker: the remote keeps it, but drops its bytes."""
+    if size and key.endswith("/"):
+        raise S3Error("InvalidArgument", "An object whose key ends with '/' must be empty: the remote "
+                      "stores such keys as folders and would lose the data")

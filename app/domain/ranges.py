@@ -7,7 +7,15 @@ from dataclasses import dataclass
 
 from app.domain.errors import S3Error
 
-_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$")
+_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.ASCII)
+# Offsets beyond any object size are all alike; capping them keeps int() away from its
+# 4300-digit limit (a ValueError, i.e. a 500) on a hostile header.
+_MAX_DIGITS = 20
+_HUGE = 10**_MAX_DIGITS
+
+
+def _offset(digits: str) -> int:
+    return int(digits) if len(digits.lstrip("0")) <= _MAX_DIGITS else _HUGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +50,15 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     if not start_s and not end_s:
         return None
     if not start_s:  # suffix: last N bytes
-        suffix = int(end_s)
+        suffix = _offset(end_s)
         if suffix == 0:
             raise S3Error("InvalidRange", ActualObjectSize=str(size), RangeRequested=header)
         if size == 0:
             return None
         return ByteRange(max(0, size - suffix), size - 1, size)
-    first = int(start_s)
+    first = _offset(start_s)
     if end_s:
-        last = int(end_s)
+        last = _offset(end_s)
         if last < first:
             return None
     else:
@@ -74,6 +82,8 @@ def honoured_range_header(header: str | None) -> str | None:
     start_s, end_s = match.groups()
     if not start_s and not end_s:
         return None
-    if start_s and end_s and int(end_s) < int(start_s):
+    if start_s and end_s and _offset(end_s) < _offset(start_s):
         return None
-    return f"bytes={start_s}-{end_s}"
+    first = str(_offset(start_s)) if start_s else ""
+    last = str(_offset(end_s)) if end_s else ""
+    return f"bytes={first}-{last}"

@@ -63,8 +63,15 @@ class S3App:
         request_id = secrets.token_hex(8).upper()
         method = scope["method"]
         req: S3Request | None = None
+        body_requested = False
+
+        async def tracked_receive() -> MutableMapping[str, Any]:
+            nonlocal body_requested
+            body_requested = True
+            return await receive()
+
         try:
-            req = await self._parse(scope, receive, request_id)
+            req = await self._parse(scope, tracked_receive, request_id)
             await self._authenticate(req, scope)
             route = resolve(req)
             response = await route.handler(req, self.gateway)
@@ -75,6 +82,11 @@ class S3App:
         except Exception:
             log.exception("internal error handling %s %s", method, scope.get("path"))
             response = self._error(S3Error("InternalError"), req, request_id)
+        if not body_requested and _expects_continue(scope):
+            # Answered before asking for the body: the client never got "100 Continue" and will
+            # not send it, so the connection cannot carry another request (it would be read as
+            # this one's body). Close it.
+            response.headers.append(("Connection", "close"))
         await self._send(send, response, request_id, head=method == "HEAD")
 
     async def _parse(self, scope: Scope, receive: Receive, request_id: str) -> S3Request:
@@ -87,12 +99,15 @@ class S3App:
 
     async def _authenticate(self, req: S3Request, scope: Scope) -> None:
         access_key = access_key_of(req.headers, scope.get("query_string", b""))
+        parts = RequestParts(req.method, req.raw_path, scope.get("query_string", b""), scope["headers"])
         if access_key is None:
             if req.headers.get("authorization", "").startswith("AWS "):
                 raise S3Error("InvalidRequest", "Signature version 2 is not supported; use AWS4-HMAC-SHA256.")
+            # No credential found: the verifier names what was sent (a SigV2 presigned URL, a
+            # malformed SigV4 query, or nothing at all).
+            self.verifier.verify(parts)
             raise S3Error("AccessDenied", "Anonymous access is not allowed.")
-        secret, tenant = await anyio.to_thread.run_sync(self.catalog.lookup_key, access_key)
-        parts = RequestParts(req.method, req.raw_path, scope.get("query_string", b""), scope["headers"])
+        _secret, tenant = await anyio.to_thread.run_sync(self.catalog.lookup_key, access_key)
         req.auth = self.verifier.verify(parts)
         req.tenant_id = tenant
 
@@ -132,6 +147,10 @@ class S3App:
             # Never let a short body look complete: drop the connection instead.
             raise RuntimeError(f"body ended after {sent} of {response.length} bytes")
         await send({"type": "http.response.body", "body": b""})
+
+
+def _expects_continue(scope: Scope) -> bool:
+    return any(name == b"expect" and b"100-continue" in value.lower() for name, value in scope["headers"])
 
 
 def _latin1(value: str) -> bool:

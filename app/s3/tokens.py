@@ -23,7 +23,8 @@ def decode_token(token: str) -> str:
         raw = base64.urlsafe_b64decode(token.encode("ascii") + b"=" * (-len(token) % 4))
         if not raw.startswith(_PREFIX):
             raise ValueError("foreign token")
-        return raw[len(_PREFIX):].decode("utf-8", "surrogatepass")
+        # Strict UTF-8: a marker is a key, and a lone surrogate could not be sent on to the remote.
+        return raw[len(_PREFIX):].decode("utf-8")
     except (ValueError, UnicodeError, binascii.Error) as exc:
         raise S3Error("InvalidArgument", "The continuation token provided is incorrect",
                       ArgumentName="continuation-token") from exc

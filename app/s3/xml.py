@@ -6,9 +6,11 @@ expat parser, whose entity-expansion limits (expat >= 2.4) defuse billion-laughs
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from urllib.parse import quote
 from xml.sax.saxutils import escape
 
 from app.domain.errors import S3Error
@@ -47,12 +49,24 @@ def document(root: str, inner: Iterable[str] | str) -> bytes:
     return (HEADER + f'<{root} xmlns="{NS}">' + body + f"</{root}>").encode()
 
 
+def _xml_safe(value: object) -> str:
+    """Percent-encode what XML 1.0 cannot carry even as a reference (NUL, C0 controls, lone
+    surrogates): an error document must always parse, whatever key the request named."""
+    raw = str(value)
+    if not _XML_ILLEGAL.search(raw):
+        return raw
+    return _XML_ILLEGAL.sub(lambda m: quote(m.group(0).encode("utf-8", "surrogatepass"), safe=""), raw)
+
+
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def error_document(code: str, message: str, resource: str | None, request_id: str,
                    fields: dict[str, str]) -> bytes:
     parts = [element("Code", code), element("Message", message)]
-    parts += [element(k, v) for k, v in fields.items()]
+    parts += [element(k, _xml_safe(v)) for k, v in fields.items()]
     if resource:
-        parts.append(element("Resource", resource))
+        parts.append(element("Resource", _xml_safe(resource)))
     parts.append(element("RequestId", request_id))
     parts.append(element("HostId", request_id))
     return (HEADER + "<Error>" + "".join(parts) + "</Error>").encode()
@@ -64,11 +78,19 @@ def parse(body: bytes) -> ET.Element:
         raise S3Error("MalformedXML")
     if b"<!DOCTYPE" in body or b"<!ENTITY" in body:
         raise S3Error("MalformedXML", "DTDs are not allowed")
+    # The byte check above misses other encodings (a UTF-16 body): the parser refuses any DTD.
+    parser = ET.XMLParser(target=_NoDoctypeBuilder())
     try:
-        root = ET.fromstring(body)
+        parser.feed(body)
+        root = parser.close()
     except (ET.ParseError, ValueError) as exc:
         raise S3Error("MalformedXML") from exc
     return root
+
+
+class _NoDoctypeBuilder(ET.TreeBuilder):
+    def doctype(self, *_: object) -> None:  # called by the parser at the DTD, before any content
+        raise ValueError("DTDs are not allowed")
 
 
 def local(tag: str) -> str:

@@ -7,7 +7,8 @@ nothing from ``~/.aws``, ``~/.s3cfg`` or ``~/.config/rclone`` leaks in.
     cli = make_client("rclone", gateway, workdir)       # skips (or fails in CI) if not installed
     cli.put(local, "bucket", "key"); cli.get("bucket", "key", other)
     cli.sync_up(tree, "bucket", "prefix"); cli.sync_down("bucket", "prefix", other_tree)
-    cli.ls("bucket") -> {key: size}; cli.rm("bucket", "key"); cli.rm_all("bucket")
+    cli.copy("bucket", "src", "dst"); cli.presign("bucket", "key") -> URL or None (SigV2-only s3cmd)
+    cli.ls("bucket") -> {key: size}; cli.buckets(); cli.rm("bucket", "key"); cli.rm_all("bucket")
 
 Binaries are looked up next to the running Python (the venv's ``bin/``) first, then the AWS CLI
 in ``.tools/awscli/bin`` (scripts/install.sh), then on PATH.
@@ -20,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ REGION = "us-east-1"
 # Part sizes chosen so a 64 MiB file is always a multipart upload (rclone's default cutoff is 200 MiB).
 PART_MIB = 16
 TIMEOUT = 300
+CREDENTIALS = f"[default]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n"
 
 
 class ClientError(AssertionError):
@@ -76,7 +77,6 @@ class CLIClient:
         self.home = workdir / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.env = _base_env(self.home)
-        self.log: list[str] = []
         self.configure()
 
     # ---- per client
@@ -92,8 +92,20 @@ class CLIClient:
     def get(self, bucket: str, key: str, local: Path) -> None:
         raise NotImplementedError
 
-    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> None:
+    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> int:
+        """Upload what differs; returns how many files the client says it transferred."""
         raise NotImplementedError
+
+    def buckets(self) -> list[str]:
+        raise NotImplementedError
+
+    def copy(self, bucket: str, src_key: str, dst_key: str) -> None:
+        """Server-side copy (CopyObject, or UploadPartCopy for large objects where the client does)."""
+        raise NotImplementedError
+
+    def presign(self, bucket: str, key: str) -> str | None:
+        """A presigned SigV4 GET URL, or None where the client only presigns with SigV2 (s3cmd)."""
+        return None
 
     def sync_down(self, bucket: str, prefix: str, local_dir: Path) -> None:
         raise NotImplementedError
@@ -114,8 +126,6 @@ class CLIClient:
         proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, encoding="utf-8",
                               errors="replace", timeout=TIMEOUT, stdin=subprocess.DEVNULL,
                               cwd=self.workdir)
-        self.log.append(f"$ {' '.join(cmd)}\n[exit {proc.returncode}]\n{proc.stdout[-3000:]}"
-                        f"{proc.stderr[-3000:]}")
         if check and proc.returncode != 0:
             raise ClientError(
                 f"{self.name}: {' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
@@ -131,9 +141,10 @@ class AwsCli(CLIClient):
         config = self.home / "aws-config"
         creds = self.home / "aws-credentials"
         config.write_text(f"[default]\nregion = {REGION}\noutput = json\n"
-                          f"s3 =\n  addressing_style = path\n  multipart_threshold = {PART_MIB}MB\n"
+                          f"s3 =\n  addressing_style = path\n  signature_version = s3v4\n"
+                          f"  multipart_threshold = {PART_MIB}MB\n"
                           f"  multipart_chunksize = {PART_MIB}MB\n")
-        creds.write_text(f"[default]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n")
+        creds.write_text(CREDENTIALS)
         self.env.update(AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(creds),
                         AWS_EC2_METADATA_DISABLED="true", AWS_PAGER="", AWS_MAX_ATTEMPTS="1",
                         AWS_RETRY_MODE="standard")
@@ -149,14 +160,19 @@ class AwsCli(CLIClient):
     def get(self, bucket: str, key: str, local: Path) -> None:
         self.run("s3", "cp", "--no-progress", f"s3://{bucket}/{key}", str(local))
 
-    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> None:
-        self.run("s3", "sync", "--no-progress", str(local_dir), f"s3://{bucket}/{prefix}")
+    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> int:
+        proc = self.run("s3", "sync", "--no-progress", str(local_dir), f"s3://{bucket}/{prefix}")
+        return sum(line.startswith("upload:") for line in proc.stdout.splitlines())
 
     def sync_down(self, bucket: str, prefix: str, local_dir: Path) -> None:
         self.run("s3", "sync", "--no-progress", f"s3://{bucket}/{prefix}", str(local_dir))
 
     def ls(self, bucket: str, prefix: str = "") -> dict[str, int]:
-        proc = self.run("s3", "ls", "--recursive", f"s3://{bucket}/{prefix}")
+        proc = self.run("s3", "ls", "--recursive", f"s3://{bucket}/{prefix}", check=False)
+        if proc.returncode == 1 and not proc.stdout.strip() and not proc.stderr.strip():
+            return {}  # AWS CLI v2 exits 1 when nothing matched
+        if proc.returncode != 0:
+            raise ClientError(f"aws s3 ls exited {proc.returncode}: {proc.stderr}")
         out: dict[str, int] = {}
         for line in proc.stdout.splitlines():
             if not line.strip():
@@ -164,6 +180,15 @@ class AwsCli(CLIClient):
             _date, _time, size, key = line.split(None, 3)
             out[key] = int(size)
         return out
+
+    def buckets(self) -> list[str]:
+        return [line.split(None, 2)[2] for line in self.run("s3", "ls").stdout.splitlines() if line.strip()]
+
+    def copy(self, bucket: str, src_key: str, dst_key: str) -> None:
+        self.run("s3", "cp", "--no-progress", f"s3://{bucket}/{src_key}", f"s3://{bucket}/{dst_key}")
+
+    def presign(self, bucket: str, key: str) -> str | None:
+        return self.run("s3", "presign", f"s3://{bucket}/{key}").stdout.strip()
 
     def rm(self, bucket: str, key: str) -> None:
         self.run("s3", "rm", f"s3://{bucket}/{key}")
@@ -210,12 +235,17 @@ class S3Cmd(CLIClient):
     def get(self, bucket: str, key: str, local: Path) -> None:
         self.run("get", "--force", f"s3://{bucket}/{key}", str(local))
 
-    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> None:
-        self.run("sync", f"{local_dir}/", f"s3://{bucket}/{prefix}")
+    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> int:
+        proc = self.run("sync", f"{local_dir}/", f"s3://{bucket}/{prefix}")
+        return sum(line.startswith("upload:") for line in proc.stdout.splitlines())
 
     def sync_down(self, bucket: str, prefix: str, local_dir: Path) -> None:
         local_dir.mkdir(parents=True, exist_ok=True)
         self.run("sync", f"s3://{bucket}/{prefix}", f"{local_dir}/")
+
+    def buckets(self) -> list[str]:
+        return [line.split(None, 2)[2].removeprefix("s3://") for line in self.run("ls").stdout.splitlines()
+                if line.strip()]
 
     def ls(self, bucket: str, prefix: str = "") -> dict[str, int]:
         proc = self.run("ls", "--recursive", f"s3://{bucket}/{prefix}")
@@ -228,6 +258,9 @@ class S3Cmd(CLIClient):
             assert url.startswith(base), line
             out[url[len(base):]] = int(size)
         return out
+
+    def copy(self, bucket: str, src_key: str, dst_key: str) -> None:
+        self.run("cp", f"s3://{bucket}/{src_key}", f"s3://{bucket}/{dst_key}")
 
     def rm(self, bucket: str, key: str) -> None:
         self.run("del", f"s3://{bucket}/{key}")
@@ -242,7 +275,7 @@ class S5Cmd(CLIClient):
 
     def configure(self) -> None:
         creds = self.home / "aws-credentials"
-        creds.write_text(f"[default]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n")
+        creds.write_text(CREDENTIALS)
         config = self.home / "aws-config"
         config.write_text(f"[default]\nregion = {REGION}\n")
         self.env.update(AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(config),
@@ -259,12 +292,17 @@ class S5Cmd(CLIClient):
     def get(self, bucket: str, key: str, local: Path) -> None:
         self.run("cp", f"s3://{bucket}/{key}", str(local))
 
-    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> None:
-        self.run("sync", f"{local_dir}/", f"s3://{bucket}/{prefix}")
+    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> int:
+        proc = self.run("sync", f"{local_dir}/", f"s3://{bucket}/{prefix}")
+        return sum(line.startswith("cp ") for line in proc.stdout.splitlines())
 
     def sync_down(self, bucket: str, prefix: str, local_dir: Path) -> None:
         local_dir.mkdir(parents=True, exist_ok=True)
         self.run("sync", f"s3://{bucket}/{prefix}*", f"{local_dir}/")
+
+    def buckets(self) -> list[str]:
+        lines = self.run("--json", "ls").stdout.splitlines()
+        return [json.loads(line)["name"] for line in lines if line.strip()]
 
     def ls(self, bucket: str, prefix: str = "") -> dict[str, int]:
         proc = self.run("--json", "ls", f"s3://{bucket}/{prefix}*", check=False)
@@ -283,6 +321,12 @@ class S5Cmd(CLIClient):
             assert item["key"].startswith(base), line
             out[item["key"][len(base):]] = int(item.get("size", 0))
         return out
+
+    def copy(self, bucket: str, src_key: str, dst_key: str) -> None:
+        self.run("cp", f"s3://{bucket}/{src_key}", f"s3://{bucket}/{dst_key}")
+
+    def presign(self, bucket: str, key: str) -> str | None:
+        return self.run("presign", f"s3://{bucket}/{key}").stdout.strip()
 
     def rm(self, bucket: str, key: str) -> None:
         self.run("rm", f"s3://{bucket}/{key}")
@@ -310,6 +354,7 @@ class Rclone(CLIClient):
             "force_path_style = true",
             f"upload_cutoff = {PART_MIB}Mi",
             f"chunk_size = {PART_MIB}Mi",
+            f"copy_cutoff = {PART_MIB}Mi",  # server-side copies of big objects use UploadPartCopy
         ]
         self.config.write_text("\n".join(lines) + "\n")
 
@@ -328,8 +373,16 @@ class Rclone(CLIClient):
     def get(self, bucket: str, key: str, local: Path) -> None:
         self.run("copyto", self.path(bucket, key), str(local))
 
-    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> None:
-        self.run("copy", str(local_dir), self.path(bucket, prefix.rstrip("/")))
+    def sync_up(self, local_dir: Path, bucket: str, prefix: str) -> int:
+        proc = self.run("copy", "-v", str(local_dir), self.path(bucket, prefix.rstrip("/")))
+        return sum(": Copied (" in line for line in proc.stderr.splitlines())
+
+    def buckets(self) -> list[str]:
+        lines = self.run("lsf", "--dirs-only", f"{self.remote}:").stdout.splitlines()
+        return [line.rstrip("/") for line in lines if line.strip()]
+
+    def md5sum(self, bucket: str, key: str) -> str:
+        return self.run("md5sum", self.path(bucket, key)).stdout.split(None, 1)[0]
 
     def sync_down(self, bucket: str, prefix: str, local_dir: Path) -> None:
         local_dir.mkdir(parents=True, exist_ok=True)
@@ -348,6 +401,12 @@ class Rclone(CLIClient):
             size, _, key = line.partition("\t")
             out[prefix + key] = int(size)
         return out
+
+    def copy(self, bucket: str, src_key: str, dst_key: str) -> None:
+        self.run("copyto", self.path(bucket, src_key), self.path(bucket, dst_key))
+
+    def presign(self, bucket: str, key: str) -> str | None:
+        return self.run("link", "--expire", "1h", self.path(bucket, key)).stdout.strip()
 
     def rm(self, bucket: str, key: str) -> None:
         self.run("deletefile", self.path(bucket, key))
@@ -368,7 +427,7 @@ def make_client(name: str, gateway: Any, workdir: Path) -> Any:
     if binary is None:
         reason = f"{cls.binary_name} is not installed (not in {Path(sys.executable).parent} nor on PATH)"
         if clients_required():
-            pytest.fail(f"real client required in CI (CI/FERRY_REQUIRE_SERVICES set): {reason}", pytrace=False)
+            pytest.fail(f"real S3 client required (CI / FERRY_REQUIRE_SERVICES): {reason}", pytrace=False)
         pytest.skip(f"{reason}; install the [test] extra or run scripts/install.sh")
     return cls(binary, gateway, workdir)
 
@@ -377,6 +436,3 @@ def tree_files(root: Path) -> dict[str, bytes]:
     """relative path (posix) -> content, for every regular file under ``root``."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
-
-def names(items: Sequence[str]) -> list[str]:
-    return sorted(items)

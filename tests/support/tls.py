@@ -1,9 +1,11 @@
 """A throw-away CA and a server certificate for 127.0.0.1 / localhost / ::1 (trustme).
 
-files = make_tls_files(tmp_path)
-uvicorn.run(app, ssl_certfile=files.cert_chain, ssl_keyfile=files.key)
-boto3.client("s3", endpoint_url="https://127.0.0.1:PORT", verify=str(files.ca_bundle))
-ssl.create_default_context(cafile=files.ca_bundle)
+Usage::
+
+    files = make_tls_files(tmp_path)
+    uvicorn.run(app, ssl_certfile=files.cert_chain, ssl_keyfile=files.key)   # the server
+    boto3.client("s3", endpoint_url="https://127.0.0.1:PORT", verify=str(files.ca_bundle))
+    ssl.create_default_context(cafile=files.ca_bundle)                       # any other client
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from botocore import httpchecksum
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.errors import S3Error
 from app.domain.checksums import (
     ALGORITHMS,
     DIGEST_SIZES,
@@ -21,6 +20,7 @@ from app.domain.checksums import (
     new_checksum,
     verify_expected,
 )
+from app.domain.errors import S3Error
 
 # botocore's own implementations (CRT-backed where available): what boto3 puts in trailers.
 BOTOCORE = {

@@ -20,8 +20,8 @@ from botocore.config import Config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.domain.errors import S3Error
 from app.domain.checksums import BodyDigests
+from app.domain.errors import S3Error
 from app.s3.chunked import (
     MAX_CHUNK_HEADER,
     STREAMING_SIGNED,

@@ -407,6 +407,18 @@ def test_presigned_with_operation_params_and_signed_content_type() -> None:
     verifier().verify(req)
 
 
+def test_presigned_rejects_unsigned_amz_headers() -> None:
+    req = presign("put_object", {"Bucket": "bucket", "Key": "k"})
+    verifier().verify(replace(req, headers=[*req.headers, (b"content-type", b"text/plain")]))
+    for name, value in ((b"x-amz-copy-source", b"/secret/key"), (b"x-amz-acl", b"public-read")):
+        err = expect("AccessDenied", replace(req, headers=[*req.headers, (name, value)]))
+        assert err.fields["HeadersNotSigned"] == name.decode()
+    signed = presign("put_object", {"Bucket": "bucket", "Key": "k", "ACL": "public-read"})
+    assert b"X-Amz-SignedHeaders=host%3Bx-amz-acl" in signed.query_string
+    expect("SignatureDoesNotMatch", signed)  # the signed header must be sent
+    verifier().verify(replace(signed, headers=[*signed.headers, (b"x-amz-acl", b"public-read")]))
+
+
 def test_presigned_expired() -> None:
     req = presign("get_object", {"Bucket": "bucket", "Key": "k"}, expires=60)
     verifier(offset=59).verify(req)
@@ -626,6 +638,12 @@ def test_missing_content_sha256_header() -> None:
     req = capture("get_object", Bucket="bucket", Key="k")
     err = expect("InvalidRequest", set_header(req, b"x-amz-content-sha256", None))
     assert "x-amz-content-sha256" in err.message
+
+
+def test_duplicate_content_sha256_header() -> None:
+    req = capture("get_object", client(payload_signing=False), Bucket="bucket", Key="k")
+    dup = replace(req, headers=[*req.headers, (b"x-amz-content-sha256", b"e" * 64)])
+    expect("InvalidArgument", dup)
 
 
 def test_invalid_content_sha256_header() -> None:

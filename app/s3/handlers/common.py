@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote_plus
 
 from app.domain.checksums import ALGORITHMS
 from app.domain.errors import S3Error
@@ -14,7 +14,16 @@ MAX_METADATA_BYTES = 2048
 
 
 def content_headers(req: S3Request) -> dict[str, str]:
-    return {name: req.headers[name] for name in CONTENT_HEADERS if name in req.headers}
+    headers = {name: req.headers[name] for name in CONTENT_HEADERS if name in req.headers}
+    if "content-encoding" in headers:
+        # aws-chunked is transfer framing (removed by the decoder), never part of the object.
+        codings = [c.strip() for c in headers["content-encoding"].split(",")]
+        kept = [c for c in codings if c and c.lower() != "aws-chunked"]
+        if kept:
+            headers["content-encoding"] = ",".join(kept)
+        else:
+            del headers["content-encoding"]
+    return headers
 
 
 def user_metadata(req: S3Request) -> dict[str, str]:
@@ -67,7 +76,9 @@ def parse_copy_source(value: str) -> tuple[str, str]:
         params = dict(p.partition("=")[::2] for p in query.split("&"))
         if params.get("versionId", "null") != "null":
             raise S3Error("NoSuchVersion")
-    decoded = unquote(source)
+    # Form-decoded like S3 (and MinIO, SeaweedFS): '+' is a space (s5cmd, Go's QueryEscape, send
+    # it so); SDKs send a literal plus as %2B.
+    decoded = unquote_plus(source)
     if decoded.startswith("/"):
         decoded = decoded[1:]
     bucket, _, key = decoded.partition("/")
