@@ -21,6 +21,7 @@ import json
 import os
 import random
 import ssl
+import time
 import urllib.request
 import uuid
 import zlib
@@ -95,6 +96,9 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(rng.randbytes(0 if rel.endswith("zero.bin") else rng.randint(0, 20 * 1024)))
+        # Sync tools re-send files modified after the remote's LastModified, which has
+        # one-second precision: files written in the upload's own second would look newer.
+        os.utime(p, (time.time() - 3600, time.time() - 3600))
     assert len(tree_files(root)) == TREE_FILES
     return root
 
