@@ -13,9 +13,12 @@ from sqlalchemy.exc import IntegrityError
 
 from app.adapters.blobstore import BlobStore
 from app.adapters.catalog.engine import make_engine
+from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.repo import Catalog
 from app.adapters.remote import RemoteConfig, RemoteStore
 from app.config import Settings
+from app.services.destage import Destager
+from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
 
 log = logging.getLogger("ferry")
@@ -29,6 +32,9 @@ class Container:
     catalog: Catalog
     blobs: BlobStore
     remote: RemoteStore
+    journal: Journal
+    destager: Destager
+    executor: EmbeddedExecutor | CeleryExecutor
     gateway: Gateway
 
 
@@ -59,13 +65,36 @@ def ensure_bootstrap_key(catalog: Catalog, settings: Settings) -> None:
                 raise
 
 
+def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote: RemoteStore) -> Destager:
+    return Destager(journal, blobs, remote, lease_seconds=settings.destage_lease_seconds,
+                    max_attempts=settings.destage_max_attempts, part_concurrency=settings.multipart_concurrency,
+                    backoff_base=settings.destage_backoff_base, backoff_cap=settings.destage_backoff_cap)
+
+
+def make_executor(settings: Settings, journal: Journal, destager: Destager) -> EmbeddedExecutor | CeleryExecutor:
+    """In-process unless a broker is configured; then destage runs in Celery workers."""
+    if settings.broker_url:
+        from workers.celery_app import app as celery_app
+
+        def send(seq: int) -> None:
+            celery_app.send_task("ferry.destage", args=[seq])
+
+        return CeleryExecutor(send)
+    return EmbeddedExecutor(destager, journal, workers=settings.destage_workers,
+                            sweep_interval=settings.sweep_interval)
+
+
 def build(settings: Settings) -> Container:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
     catalog = Catalog(engine)
     blobs = BlobStore(settings.data_dir, fsync=settings.fsync)
     remote = RemoteStore(remote_config(settings))
+    journal = Journal(engine, settings.node_id)
+    destager = make_destager(settings, journal, blobs, remote)
+    executor = make_executor(settings, journal, destager)
     gateway = Gateway(catalog, blobs, remote, region=settings.region,
-                      part_concurrency=settings.multipart_concurrency)
+                      part_concurrency=settings.multipart_concurrency, journal=journal, executor=executor,
+                      mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager)
     ensure_bootstrap_key(catalog, settings)
-    return Container(settings, catalog, blobs, remote, gateway)
+    return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway)

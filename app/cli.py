@@ -84,6 +84,22 @@ def serve(
         from app.adapters.catalog.migrate import upgrade
 
         upgrade(settings.effective_database_url)
+    from app.adapters.blobstore import BlobStore
+
+    # Crash recovery, once, before any worker serves: bodies that never completed are garbage,
+    # and so are blobs stored by a write whose catalog row never committed.
+    # (Committed dirty writes need nothing here: the sweeper finds them in the journal.)
+    from app.adapters.catalog.engine import make_engine
+    from app.adapters.catalog.journal import Journal
+
+    engine = make_engine(settings.effective_database_url, pool_size=1)
+    try:
+        journal = Journal(engine, settings.node_id)
+        dropped = BlobStore(settings.data_dir, fsync=settings.fsync).recover(journal.blobs_referenced)
+    finally:
+        engine.dispose()
+    if dropped:
+        typer.echo(f"ferry: removed {dropped} incomplete upload(s) left by an earlier run", err=True)
     from app.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_json)
@@ -105,6 +121,40 @@ def serve(
         timeout_graceful_shutdown=5,
         server_header=False,
     )
+
+
+@cli.command()
+def flush(
+    target: Annotated[str | None, typer.Argument(help="s3://bucket/prefix to flush (default: everything)")] = None,
+    prefix: Annotated[str | None, typer.Option(help="s3://bucket/prefix or bucket/prefix")] = None,
+    wait: Annotated[bool, typer.Option(help="Wait until the remote holds it all.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait at most.")] = 3600.0,
+    endpoint: Annotated[str, typer.Option(envvar="FERRY_ENDPOINT", help="Gateway URL.")] = "http://127.0.0.1:9000",
+    token: Annotated[str | None, typer.Option(envvar="FERRY_ADMIN_TOKEN", help="Admin bearer token.")] = None,
+) -> None:
+    """Destage everything written under a prefix now; with --wait, return when the remote has it."""
+    import httpx
+
+    spec = (target or prefix or "").removeprefix("s3://")
+    bucket, _, key_prefix = spec.partition("/")
+    params: dict[str, str] = {"prefix": key_prefix, "wait": str(wait).lower(), "timeout": str(timeout)}
+    if bucket:
+        params["bucket"] = bucket
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        resp = httpx.post(f"{endpoint.rstrip('/')}/admin/flush", params=params, headers=headers,
+                          timeout=timeout + 30)
+    except httpx.HTTPError as exc:
+        typer.echo(f"ferry flush: cannot reach {endpoint}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if resp.status_code != 200:
+        typer.echo(f"ferry flush: {resp.status_code} {resp.text}", err=True)
+        raise typer.Exit(2)
+    body = resp.json()
+    typer.echo(f"durable={body['durable']} pending={body['pending']} failed={body['failed']} "
+               f"waited={body['waited_seconds']}s")
+    if wait and not body["durable"]:
+        raise typer.Exit(1)
 
 
 @cli.command()

@@ -57,13 +57,21 @@ class Settings(BaseSettings):
     secret_key: str | None = None
     admin_token: str | None = None
 
-    default_mode: WriteMode = "write-through"
+    default_mode: WriteMode = "write-back"
     multipart_part_size: int = Field(16 * 1024 * 1024, ge=5 * 1024 * 1024)
     multipart_concurrency: int = Field(8, ge=1, le=64)
     multipart_threshold: int = Field(64 * 1024 * 1024, ge=5 * 1024 * 1024)
     write_buffer_bytes: int = Field(64 * 1024**3, ge=1)
     cache_bytes: int = Field(256 * 1024**3, ge=0)
     fsync: bool = True
+
+    node_id: str = Field(default_factory=lambda: __import__("socket").gethostname())
+    destage_workers: int = Field(4, ge=1, le=256)
+    destage_lease_seconds: float = Field(30.0, gt=1)
+    destage_max_attempts: int = Field(12, ge=1)
+    destage_backoff_base: float = Field(1.0, gt=0)
+    destage_backoff_cap: float = Field(300.0, gt=0)
+    sweep_interval: float = Field(2.0, gt=0)
 
     @field_validator("remote_endpoint")
     @classmethod

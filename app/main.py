@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import AsyncIterator, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Header, HTTPException, Query
 from fastapi.responses import JSONResponse
 
 from app.bootstrap import Container, build
@@ -24,11 +25,53 @@ def _is_s3_request(scope: MutableMapping[str, Any]) -> bool:
 
 
 def control_app(container: Container) -> FastAPI:
-    api = FastAPI(title="Ferry", docs_url=None, redoc_url=None, openapi_url=None)
+    from app.services.durability import Durability
+
+    durability = Durability(container.journal, container.executor)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await container.executor.start()
+        try:
+            yield
+        finally:
+            await container.executor.stop()
+
+    api = FastAPI(title="Ferry", docs_url=None, redoc_url=None, openapi_url="/admin/openapi.json",
+                  lifespan=lifespan)
+
+    def admin(authorization: Annotated[str | None, Header()] = None) -> None:
+        token = container.settings.admin_token
+        if not token:
+            raise HTTPException(401, "the admin API is disabled: set FERRY_ADMIN_TOKEN")
+        if authorization != f"Bearer {token}":
+            raise HTTPException(401, "missing or wrong bearer token")
+
+    admin_only = [Depends(admin)]
 
     @api.get("/healthz")
     def healthz() -> JSONResponse:
         return JSONResponse({"status": "ok"})
+
+    @api.post("/admin/flush", dependencies=admin_only)
+    async def flush(bucket: str | None = None, prefix: str = "", wait: bool = True,
+                    timeout: Annotated[float, Query(gt=0, le=86400)] = 3600) -> dict[str, Any]:
+        """Destage everything written under bucket/prefix before this call; wait for the remote."""
+        result = await durability.flush(bucket, prefix, wait=wait, timeout=timeout)
+        return {"upto_seq": result.upto_seq, "pending": result.pending, "failed": result.failed,
+                "durable": result.durable, "waited_seconds": round(result.waited_seconds, 3)}
+
+    @api.get("/admin/objects", dependencies=admin_only)
+    async def object_states(bucket: str, prefix: str = "",
+                            limit: Annotated[int, Query(ge=1, le=10000)] = 1000) -> dict[str, Any]:
+        """Durability state of each journaled version under a prefix, newest first."""
+        rows = await durability.states(bucket, prefix, limit)
+        return {"versions": [
+            {"seq": r.seq, "key": r.key, "op": r.op, "state": r.state.value, "size": r.size, "etag": r.etag,
+             "attempts": r.attempts, "last_error": r.last_error, "remote_etag": r.remote_etag,
+             "created_at": r.created_at.isoformat(),
+             "durable_at": r.durable_at.isoformat() if r.durable_at else None}
+            for r in rows]}
 
     return api
 

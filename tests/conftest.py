@@ -197,3 +197,33 @@ def bucket(gateway: GatewayProcess) -> str:
     name = f"b-{uuid.uuid4().hex[:16]}"
     gateway.client().create_bucket(Bucket=name)
     return name
+
+
+# ------------------------------------------------------------------ write-back fault tests (fleet)
+# (used by tests/integration/test_writeback_faults.py; owned there)
+
+
+@pytest.fixture
+def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database for one test (``ferry serve`` migrates it), dropped after."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(postgres_url)
+    name = f"ferry_wb_{uuid.uuid4().hex[:12]}"
+
+    def connect() -> Any:
+        return psycopg.connect(host=u.host or POSTGRES_HOST, port=u.port or POSTGRES_PORT,
+                               user=u.username or "postgres", password=u.password, dbname="postgres",
+                               autocommit=True, connect_timeout=5)
+
+    with connect() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield u.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with connect() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# ------------------------------------------------------------------ end of write-back fault tests section

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
 import ssl
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from botocore.config import Config
@@ -139,3 +146,36 @@ def test_more_buckets_than_weed_minis_default_volume_cap() -> None:
         for i in range(100):
             s3.create_bucket(Bucket=f"many-{i:03d}")
             s3.put_object(Bucket=f"many-{i:03d}", Key="k", Body=b"x")
+
+
+@pytest.mark.slow
+def test_no_orphan_weed_when_the_test_process_is_killed() -> None:
+    script = (
+        "import json, sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+        "from tests.support.seaweed import SeaweedServer\n"
+        "s = SeaweedServer().start()\n"
+        "print(json.dumps({'pid': s.pid, 'dir': str(s.base_dir)}), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    runner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(runner.stdout.readline())
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{info['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                break  # gone
+            if state == "Z":
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(info["pid"], signal.SIGKILL)
+            pytest.fail("weed outlived the killed test process by 30 s")
+    finally:
+        shutil.rmtree(info["dir"], ignore_errors=True)

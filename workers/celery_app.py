@@ -1,7 +1,8 @@
 """The Celery application of fleet mode (``celery -A workers.celery_app worker``).
 
-The broker comes from FERRY_BROKER_URL. Task modules register here as they are added; the
-destage, stage and sweep tasks run the same service functions as the embedded executor.
+The broker comes from FERRY_BROKER_URL. Buffered bytes live on the node that accepted them, so
+each node's destage tasks go to that node's own queue (``ferry.<node id>``), which the node's
+worker consumes by default. Beat runs the outbox sweeper.
 """
 
 from __future__ import annotations
@@ -11,17 +12,25 @@ from celery import Celery
 from app.config import get_settings
 
 
+def node_queue(node_id: str) -> str:
+    return f"ferry.{node_id}"
+
+
 def make_celery() -> Celery:
     settings = get_settings()
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
-    app = Celery("ferry", broker=broker, include=[])
+    app = Celery("ferry", broker=broker, include=["workers.tasks"])
     app.conf.update(
+        task_default_queue=node_queue(settings.node_id),
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
+        beat_schedule={
+            "ferry-sweep": {"task": "ferry.sweep", "schedule": settings.sweep_interval},
+        },
     )
     return app
 

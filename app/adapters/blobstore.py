@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,17 +80,35 @@ class BlobStore:
         return StagingFile(path, fd)
 
     def commit(self, staging: StagingFile) -> str:
-        """fsync the body, move it into the store, fsync the directory; returns the blob id."""
+        """fsync the body, link it into the store, fsync the directory; returns the blob id.
+
+        The ``tmp/`` name stays as an intent record until ``settle`` (call it once a committed
+        catalog row references the blob): after a crash, ``recover`` deletes the blobs whose
+        intent is left and that no row references. It looks at in-flight writes only, never
+        at the whole store.
+        """
         if self.fsync:
             os.fsync(staging.fd)
         staging.close()
-        blob_id = self.new_id()
+        blob_id = staging.path.name
         target = self.path(blob_id)
         target.parent.mkdir(exist_ok=True)
-        os.rename(staging.path, target)
+        os.link(staging.path, target)
         if self.fsync:
             _fsync_dir(target.parent)
         return blob_id
+
+    def pending(self, blob_id: str) -> None:
+        """Record the intent to drop a blob (``delete`` completes it, ``settle`` undoes it): if
+        the process dies in between, ``recover`` drops the blob unless a row still holds it."""
+        with contextlib.suppress(FileExistsError, FileNotFoundError):
+            os.link(self.path(blob_id), self.tmp / blob_id)
+
+    def settle(self, blob_id: str) -> None:
+        """A catalog row now references the blob: drop its intent record."""
+        self.path(blob_id)  # validates the id
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp / blob_id)
 
     def discard(self, staging: StagingFile) -> None:
         staging.close()
@@ -99,9 +118,24 @@ class BlobStore:
     def delete(self, blob_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path(blob_id))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp / blob_id)
 
     def size(self, blob_id: str) -> int:
         return self.path(blob_id).stat().st_size
+
+    def recover(self, referenced: Callable[[list[str]], set[str]]) -> int:
+        """After a crash: drop committed blobs that no catalog row references (see ``commit``),
+        then every body that never completed. ``referenced(ids)`` says which ids rows hold."""
+        pending = [e.name for e in os.scandir(self.tmp)
+                   if len(e.name) == 32 and set(e.name) <= _ID_ALPHABET and self.path(e.name).exists()]
+        if pending:
+            keep = referenced(pending)
+            for blob_id in pending:
+                if blob_id not in keep:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.path(blob_id))
+        return self.clear_tmp()
 
     def clear_tmp(self) -> int:
         """Remove bodies of requests that never completed (after a crash); returns the count."""

@@ -33,7 +33,16 @@ def validate_key(key: str) -> None:
 # as "a/b", "a" and "a/b" (so a GET of one would return another object), and "." / ".."
 # segments are refused with a bare 400. Refusing them up front keeps every key 1:1 with the
 # remote object, with an error that says why.
+MAX_SEGMENT_BYTES = 255  # filesystem-backed remotes (SeaweedFS, MinIO) refuse longer path segments
+
+
 def _check_portable(key: str) -> None:
+    # With write-back the remote sees a key only after the client got its answer: a key the
+    # remote would refuse must be refused here, before the write is acknowledged.
+    for segment in key.split("/"):
+        if len(segment.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES:
+            raise S3Error("KeyTooLongError", "A '/'-separated segment of the key is longer than 255 bytes, "
+                          "which filesystem-backed remotes cannot store")
     if key.startswith("/") or "//" in key:
         raise S3Error("InvalidArgument", "Object key must not start with '/' or contain '//': the remote "
                       "would store it under a different name")

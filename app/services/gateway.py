@@ -1,8 +1,12 @@
 """The gateway's use cases: what an S3 operation means, independent of HTTP.
 
 Bodies are received into the local blob store first (bounded memory, digests computed on the
-way, verified before anything is committed). In this module the remote is written
-synchronously (write-through); the write-back journal builds on the same staging step.
+way, verified before anything is committed). Then, by mode:
+
+- ``write-back`` (with a journal): the blob is fsynced, a journal row commits, the client gets
+  its answer, and the executor destages the row later. Reads of a key whose newest row is not
+  yet durable are served locally; listings merge those rows with the remote's.
+- ``write-through``: the verified body goes to the remote before the answer.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,13 +27,16 @@ import anyio
 import anyio.to_thread
 
 from app.adapters.blobstore import BlobStore, StagingFile
+from app.adapters.catalog.journal import BlobRef, Journal, VersionRow
 from app.adapters.catalog.repo import Catalog
 from app.adapters.remote import RemoteStore
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.names import validate_bucket_name, validate_key, validate_object_size
-from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartInfo, UploadInfo
+from app.domain.objects import BucketInfo, ListPage, ObjectMeta, ObjectSummary, PartInfo, UploadInfo
 from app.domain.ranges import ByteRange
+from app.services.destage import Destager, UploadSpec, upload
+from app.services.executor import Executor
 
 T = TypeVar("T")
 
@@ -37,6 +45,7 @@ READ_CHUNK = 1024 * 1024
 MAX_PUT_SIZE = 5 * 1024**3
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_NUMBER = 10_000
+BUCKET_TRUST_SECONDS = 300.0
 
 
 class BodyStream(Protocol):
@@ -99,13 +108,56 @@ class Gateway:
 
     def __init__(self, catalog: Catalog, blobs: BlobStore, remote: RemoteStore, *,
                  region: str = "us-east-1", thread_limit: int = 64,
-                 part_concurrency: int = 8) -> None:
+                 part_concurrency: int = 8, journal: Journal | None = None,
+                 executor: Executor | None = None, mode: str = "write-through",
+                 buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None) -> None:
         self.catalog = catalog
         self.blobs = blobs
         self.remote = remote
         self.region = region
         self.limiter = anyio.CapacityLimiter(thread_limit)
         self.part_concurrency = part_concurrency
+        self.journal = journal
+        self.executor = executor
+        self.mode = mode
+        self.buffer_bytes = buffer_bytes
+        self.destager = destager
+        self._reserved = 0  # bytes of bodies being received by this process
+        self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
+
+    async def _check_bucket(self, bucket: str) -> None:
+        """NoSuchBucket before accepting a write, without asking the remote on every request:
+        a bucket confirmed in the last minutes is trusted, so writes go on during an outage."""
+        confirmed = self._known_buckets.get(bucket)
+        if confirmed is not None and time.monotonic() - confirmed < BUCKET_TRUST_SECONDS:
+            return
+        await self._run(self.remote.head_bucket, bucket)
+        self._known_buckets[bucket] = time.monotonic()
+
+    @property
+    def write_back(self) -> bool:
+        return self.mode == "write-back" and self.journal is not None and self.executor is not None
+
+    async def _dirty(self, bucket: str, key: str) -> VersionRow | None:
+        if self.journal is None:
+            return None
+        return await self._run(self.journal.latest_dirty, bucket, key)
+
+    def _submit(self, row: VersionRow) -> None:
+        assert self.executor is not None
+        self.executor.submit(row.seq)
+
+    async def _reserve(self, size: int | None) -> int:
+        """Backpressure: refuse a write the buffer cannot hold, before reading its bytes."""
+        if not self.write_back:
+            return 0
+        assert self.journal is not None
+        want = size or 0
+        dirty = await self._run(self.journal.dirty_bytes)
+        if dirty + self._reserved + want > self.buffer_bytes:
+            raise S3Error("SlowDown", "The write buffer is full; retry later.", headers={"Retry-After": "5"})
+        self._reserved += want
+        return want
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Blocking work (boto3, disk, SQL) runs in threads, bounded by one limiter."""
@@ -128,14 +180,35 @@ class Gateway:
             ):
                 raise
             await self._run(self.remote.head_bucket, bucket)
+        self._known_buckets[bucket] = time.monotonic()
 
     async def head_bucket(self, bucket: str) -> None:
         await self._run(self.remote.head_bucket, bucket)
+        self._known_buckets[bucket] = time.monotonic()
 
     async def delete_bucket(self, bucket: str) -> None:
+        self._known_buckets.pop(bucket, None)
         if await self._run(self.catalog.list_uploads, bucket, "", None, 1):
             raise S3Error("BucketNotEmpty", BucketName=bucket)
+        if self.journal is not None:
+            await self._settle_pending_deletes(bucket)
         await self._run(self.remote.delete_bucket, bucket)
+
+    async def _settle_pending_deletes(self, bucket: str) -> None:
+        """Before DeleteBucket: a bucket whose only buffered rows are deletes is empty once they
+        reach the remote, so destage them now; a buffered put means BucketNotEmpty."""
+        assert self.journal is not None
+        deadline = time.monotonic() + 30
+        while True:
+            rows = await self._run(self.journal.dirty_under, bucket, "", None, 1000)
+            if not rows:
+                return
+            if any(not r.is_delete for r in rows) or time.monotonic() > deadline:
+                raise S3Error("BucketNotEmpty", BucketName=bucket)
+            if self.destager is not None:
+                for row in rows:
+                    await self._run(self.destager.destage, row.seq)
+            await asyncio.sleep(0.1)
 
     async def bucket_location(self, bucket: str) -> str | None:
         return await self._run(self.remote.bucket_location, bucket)
@@ -150,11 +223,17 @@ class Gateway:
         if marker and delimiter and marker.endswith(delimiter) and marker.startswith(prefix):
             # The marker is a common prefix: skip everything rolled up under it.
             start_after = marker + "\U0010ffff"
+        # Local rows first, then the remote: a row that turns durable in between is then seen on
+        # one side or both (merged), never on neither.
+        fetch = max_keys + 1
+        local = await self._run(self.journal.dirty_under, bucket, prefix, start_after, fetch) if self.journal else []
         page = await self._run(self.remote.list_objects, bucket, prefix, delimiter, start_after, max_keys)
         if marker:
             page.common_prefixes = [p for p in page.common_prefixes if p > marker]
             page.contents = [c for c in page.contents if c.key > marker]
-        return page
+        if not local:
+            return page
+        return merge_listing(page, local, prefix, delimiter, max_keys, local_complete=len(local) < fetch)
 
     async def list_versions(self, bucket: str, prefix: str, delimiter: str | None, key_marker: str | None,
                             max_keys: int) -> ListPage:
@@ -167,12 +246,20 @@ class Gateway:
     # ---- reading -----------------------------------------------------------------------------
     async def head_object(self, bucket: str, key: str) -> ObjectMeta:
         validate_key(key)
+        row = await self._dirty(bucket, key)
+        if row is not None:
+            return _local_meta(row)
         return await self._run(self.remote.head_object, bucket, key)
 
     async def get_object(self, bucket: str, key: str, range_header: str | None,
                          byte_range: Callable[[int], ByteRange | None]) -> ObjectRead:
         """Open the object; ``byte_range(size)`` turns the Range header into what to serve."""
         validate_key(key)
+        row = await self._dirty(bucket, key)
+        if row is not None:
+            local = await self._open_local(row, range_header, byte_range)
+            if local is not None:
+                return local
         try:
             meta, body = await self._run(self.remote.get_object, bucket, key, range_header)
         except S3Error as err:
@@ -187,6 +274,46 @@ class Gateway:
             body.close()
             meta, body = await self._run(self.remote.get_object, bucket, key, None)
         return ObjectRead(meta, rng, self._stream_remote(body), body.close)
+
+    async def _open_local(self, row: VersionRow, range_header: str | None,
+                          byte_range: Callable[[int], ByteRange | None]) -> ObjectRead | None:
+        """Serve a not-yet-durable version from its blobs (read-your-writes)."""
+        meta = _local_meta(row)
+        rng = byte_range(meta.size) if range_header else None
+        first, last = (rng.first, rng.last) if rng else (0, meta.size - 1)
+        handles: list[tuple[Any, int, int]] = []  # (file, offset in blob, length)
+        offset = 0
+        try:
+            for piece in row.blobs:
+                start, end = max(first, offset), min(last, offset + piece.size - 1)
+                if start <= end:
+                    fh = await self._run(open, self.blobs.path(piece.blob), "rb")
+                    handles.append((fh, start - offset, end - start + 1))
+                offset += piece.size
+        except FileNotFoundError:
+            # Destaged (and dropped) meanwhile: the remote has it now.
+            for fh, _, _ in handles:
+                fh.close()
+            return None
+
+        def close() -> None:
+            for fh, _, _ in handles:
+                fh.close()
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                for fh, start, length in handles:
+                    await self._run(fh.seek, start)
+                    while length > 0:
+                        chunk = await self._run(fh.read, min(READ_CHUNK, length))
+                        if not chunk:
+                            raise S3Error("InternalError", "a buffered object is shorter than recorded")
+                        length -= len(chunk)
+                        yield chunk
+            finally:
+                close()
+
+        return ObjectRead(meta, rng, stream(), close)
 
     async def _stream_remote(self, body: BinaryIO) -> AsyncIterator[bytes]:
         try:
@@ -251,6 +378,20 @@ class Gateway:
     async def put_object(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
                          metadata: dict[str, str], expected: ExpectedDigests) -> PutResult:
         validate_key(key)
+        if self.write_back:
+            await self._check_bucket(bucket)
+            reserved = await self._reserve(expected.declared_size)
+            try:
+                received = await self.receive(body, expected, MAX_PUT_SIZE)
+            finally:
+                self._reserved -= reserved
+            try:
+                validate_object_size(key, received.staging.size)
+            except S3Error:
+                await self._run(self.blobs.discard, received.staging)
+                raise
+            await self._journal_put(bucket, key, received, content_headers, metadata)
+            return PutResult(received.digests.md5_hex(), received.checksums)
         received = await self.receive(body, expected, MAX_PUT_SIZE)
         try:
             validate_object_size(key, received.staging.size)
@@ -258,6 +399,24 @@ class Gateway:
         finally:
             await self._run(self.blobs.discard, received.staging)
         return PutResult(etag, received.checksums)
+
+    async def _journal_put(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
+                           metadata: dict[str, str], tenant_id: int | None = None) -> VersionRow:
+        """fsync the body into the store, commit its journal row, hand it to the executor."""
+        assert self.journal is not None
+        blob = await self._run(self.blobs.commit, received.staging)
+        piece = BlobRef(blob, received.staging.size, received.digests.md5_hex(), received.checksums)
+        try:
+            row = await self._run(functools.partial(
+                self.journal.append_put, bucket, key, piece.size, piece.etag, [piece], multipart=False,
+                content_headers=content_headers, metadata=metadata, checksums=received.checksums,
+                checksum_algorithm=None, tenant_id=tenant_id))
+        except BaseException:
+            await self._run(self.blobs.delete, blob)
+            raise
+        self.blobs.settle(blob)  # a committed row holds it: no longer crash garbage
+        self._submit(row)
+        return row
 
     def _upload_file(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
                      metadata: dict[str, str]) -> str:
@@ -281,11 +440,46 @@ class Gateway:
         if source.size > MAX_PUT_SIZE:
             raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
                           "allowable size for a copy source: 5368709120")
+        if not replace:
+            content_headers, metadata = dict(source.content_headers), dict(source.metadata)
+        if self.write_back:
+            return await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
         return await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
                                content_headers, metadata)
 
+    async def _copy_local(self, bucket: str, key: str, src_bucket: str, src_key: str, source: ObjectMeta,
+                          content_headers: dict[str, str], metadata: dict[str, str]) -> tuple[str, datetime]:
+        """Write-back copy: the bytes go through the journal like any write, keeping key order.
+
+        A server-side copy on the remote could land before an older buffered write of the same
+        key is destaged, which would then overwrite it; so the copy is staged locally instead.
+        """
+        await self._reserve(source.size)
+        try:
+            read = await self.get_object(src_bucket, src_key, None, lambda size: None)
+
+            class _Body:
+                trailers: dict[str, str] = {}
+
+                def __aiter__(self) -> AsyncIterator[bytes]:
+                    return read.stream
+
+            received = await self.receive(_Body(), ExpectedDigests(declared_size=source.size), MAX_PUT_SIZE)
+        finally:
+            self._reserved -= source.size
+        if "-" not in source.etag and received.digests.md5_hex() != source.etag:
+            await self._run(self.blobs.discard, received.staging)
+            raise S3Error("InternalError", "the copy source changed while it was read")
+        row = await self._journal_put(bucket, key, received, content_headers, metadata)
+        return row.etag, row.created_at
+
     async def delete_object(self, bucket: str, key: str) -> None:
         validate_key(key)
+        if self.write_back:
+            assert self.journal is not None
+            await self._check_bucket(bucket)
+            self._submit(await self._run(self.journal.append_delete, bucket, key, None))
+            return
         await self._run(self.remote.delete_object, bucket, key)
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
@@ -297,7 +491,12 @@ class Gateway:
                 valid.append(key)
             except S3Error as err:
                 failures[key] = (err.code, err.message)
-        if valid:
+        if valid and self.write_back:
+            assert self.journal is not None
+            await self._check_bucket(bucket)
+            for key in valid:
+                self._submit(await self._run(self.journal.append_delete, bucket, key, None))
+        elif valid:
             failures.update(await self._run(self.remote.delete_objects, bucket, valid))
         return failures
 
@@ -306,7 +505,7 @@ class Gateway:
                             content_headers: dict[str, str], metadata: dict[str, str],
                             checksum_algorithm: str | None) -> UploadInfo:
         validate_key(key)
-        await self.head_bucket(bucket)
+        await self._check_bucket(bucket)
         upload_id = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")
         headers = {"content": content_headers, "metadata": metadata}
         return await self._run(self.catalog.create_upload, upload_id, bucket, key, tenant_id, headers,
@@ -329,7 +528,11 @@ class Gateway:
         info, _ = await self._upload(bucket, key, upload_id)
         if info.checksum_algorithm:
             expected.algorithms.add(info.checksum_algorithm)
-        received = await self.receive(body, expected, MAX_PUT_SIZE)
+        reserved = await self._reserve(expected.declared_size)
+        try:
+            received = await self.receive(body, expected, MAX_PUT_SIZE)
+        finally:
+            self._reserved -= reserved
         return await self._store_part(upload_id, number, received)
 
     async def _store_part(self, upload_id: str, number: int, received: ReceivedBody) -> PutResult:
@@ -341,6 +544,7 @@ class Gateway:
         except BaseException:
             await self._run(self.blobs.delete, blob)
             raise
+        self.blobs.settle(blob)  # a committed part row holds it: no longer crash garbage
         if old:
             await self._run(self.blobs.delete, old)
         return PutResult(part.etag, part.checksums)
@@ -408,42 +612,26 @@ class Gateway:
         etag = multipart_etag([p.etag for p, _ in chosen])
         content = dict(headers.get("content", {}))
         metadata = dict(headers.get("metadata", {}))
-        remote_etag = await self._destage_multipart(info, content, metadata, chosen)
-        if remote_etag and remote_etag != etag:
-            raise S3Error("InternalError", f"The remote reported ETag {remote_etag}, expected {etag}")
+        pieces = [BlobRef(blob, p.size, p.etag, p.checksums) for p, blob in chosen]
+        size = sum(p.size for p in pieces)
+        if self.write_back:
+            assert self.journal is not None
+            # The parts become the object's blobs: no byte is copied again.
+            row = await self._run(functools.partial(
+                self.journal.append_put, bucket, key, size, etag, pieces, multipart=True,
+                content_headers=content, metadata=metadata,
+                checksums=composite_checksum(info.checksum_algorithm, pieces),
+                checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=upload_id))
+            unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
+            for blob in unused:
+                await self._run(self.blobs.delete, blob)
+            self._submit(row)
+            return etag
+        spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm)
+        await self._run(upload, self.remote, self.blobs, spec, self.part_concurrency)
         for blob in await self._run(self.catalog.delete_upload, upload_id):
             await self._run(self.blobs.delete, blob)
         return etag
-
-    async def _destage_multipart(self, info: UploadInfo, content: dict[str, str], metadata: dict[str, str],
-                                 parts: list[tuple[PartInfo, str]]) -> str:
-        """Upload parts with the same boundaries so the remote ends with the client's ETag."""
-        remote_id = await self._run(self.remote.create_multipart, info.bucket, info.key, content, metadata,
-                                    info.checksum_algorithm)
-        semaphore = asyncio.Semaphore(self.part_concurrency)
-
-        async def send(part: PartInfo, blob: str) -> None:
-            async with semaphore:
-                await self._run(self._send_part, info, remote_id, part, blob)
-
-        try:
-            async with anyio.create_task_group() as tg:
-                for part, blob in parts:
-                    tg.start_soon(send, part, blob)
-            listing = [(p.part_number, p.etag, p.checksums) for p, _ in parts]
-            return await self._run(self.remote.complete_multipart, info.bucket, info.key, remote_id, listing)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._run(self.remote.abort_multipart, info.bucket, info.key, remote_id)
-            raise
-
-    def _send_part(self, info: UploadInfo, remote_id: str, part: PartInfo, blob: str) -> None:
-        md5_b64 = base64.b64encode(bytes.fromhex(part.etag)).decode()
-        with open(self.blobs.path(blob), "rb") as fh:
-            remote_etag = self.remote.upload_part(info.bucket, info.key, remote_id, part.part_number, fh,
-                                                  part.size, md5_b64, part.checksums)
-        if remote_etag and remote_etag != part.etag:
-            raise S3Error("InternalError", f"Remote part {part.part_number} ETag mismatch")
 
 
 def _parse_copy_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -464,3 +652,59 @@ def _parse_copy_range(header: str | None, size: int) -> tuple[int, int] | None:
         raise S3Error("InvalidRange", ActualObjectSize=str(size), RangeRequested=value)
     return first, last
 
+
+
+def _local_meta(row: VersionRow) -> ObjectMeta:
+    if row.is_delete:
+        raise S3Error("NoSuchKey", Key=row.key)
+    return ObjectMeta(key=row.key, size=row.size, etag=row.etag, last_modified=row.created_at,
+                      content_headers=dict(row.content_headers), metadata=dict(row.metadata),
+                      checksums=dict(row.checksums), parts_count=len(row.blobs) if row.multipart else None)
+
+
+def merge_listing(page: ListPage, local: list[VersionRow], prefix: str, delimiter: str | None,
+                  max_keys: int, *, local_complete: bool = True) -> ListPage:
+    """Merge the remote's page with not-yet-durable local rows (puts added, deletes hidden).
+
+    When the remote page is truncated, only names up to its last one are complete, so the merge
+    stops there and the next page continues from the last name returned.
+    """
+    entries: dict[str, ObjectSummary | None] = {c.key: c for c in page.contents}
+    prefixes = set(page.common_prefixes)
+    limit = page.next_marker if page.is_truncated else None
+    if not local_complete:
+        # More local rows exist past the last one fetched: names beyond it are not complete.
+        limit = min(limit, local[-1].key) if limit is not None else local[-1].key
+    for row in local:
+        if limit is not None and row.key > limit:
+            break
+        rest = row.key[len(prefix):]
+        if delimiter and delimiter in rest:
+            if not row.is_delete:
+                prefixes.add(prefix + rest[: rest.index(delimiter) + len(delimiter)])
+            continue
+        if row.is_delete:
+            entries.pop(row.key, None)
+        else:
+            entries[row.key] = ObjectSummary(row.key, row.size, row.etag, row.created_at)
+    names = sorted([(k, False) for k in entries] + [(p, True) for p in prefixes])
+    if limit is not None:
+        names = [n for n in names if n[0] <= limit]
+    chosen = names[:max_keys]
+    truncated = len(names) > max_keys or page.is_truncated or not local_complete
+    contents = [e for name, is_prefix in chosen if not is_prefix and (e := entries[name]) is not None]
+    common = [name for name, is_prefix in chosen if is_prefix]
+    next_marker = (chosen[-1][0] if chosen else limit) if truncated else None
+    return ListPage(contents, common, truncated, next_marker)
+
+
+def composite_checksum(algorithm: str | None, pieces: list[BlobRef]) -> dict[str, str]:
+    """S3's checksum of a multipart object: the checksum of the parts' checksums, then ``-N``."""
+    if not algorithm or not pieces or any(algorithm not in p.checksums for p in pieces):
+        return {}
+    from app.domain.checksums import new_checksum
+
+    combined = new_checksum(algorithm)
+    for piece in pieces:
+        combined.update(base64.b64decode(piece.checksums[algorithm]))
+    return {algorithm: f"{combined.b64digest()}-{len(pieces)}"}

@@ -11,7 +11,8 @@ from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import current_heads, upgrade
 from app.adapters.catalog.repo import Catalog
 
-EXPECTED_TABLES = {"tenants", "access_keys", "multipart_uploads", "multipart_parts", "alembic_version"}
+EXPECTED_TABLES = {"tenants", "access_keys", "multipart_uploads", "multipart_parts", "object_versions",
+                   "alembic_version"}
 
 
 def _exercise(url: str) -> None:
@@ -38,7 +39,8 @@ def test_sqlite_migrations(tmp_path: Path) -> None:
 def test_postgres_migrations(postgres_url: str) -> None:
     engine = create_engine(postgres_url)
     with engine.begin() as conn:
-        for table in ("multipart_parts", "multipart_uploads", "access_keys", "tenants", "alembic_version"):
+        for table in ("object_versions", "multipart_parts", "multipart_uploads", "access_keys", "tenants",
+                      "alembic_version"):
             conn.execute(text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
     engine.dispose()
     _exercise(postgres_url)

@@ -34,7 +34,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from tests.support.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
+from tests.support.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess, remote_client
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -116,7 +116,7 @@ def module_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
     yield name
     empty_bucket(gateway, seaweed, name)
     with contextlib.suppress(ClientError):
-        seaweed.client().delete_bucket(Bucket=name)
+        remote_client(seaweed).delete_bucket(Bucket=name)
 
 
 @pytest.fixture
@@ -126,11 +126,20 @@ def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: Any) -> Iterato
     empty_bucket(gateway, seaweed, module_bucket)
 
 
+@pytest.fixture(autouse=True)
+def _close_client(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close the test's boto3 client: a live idle TLS connection holds the gateway's shutdown."""
+    yield
+    client = request.node.funcargs.get("s3") if hasattr(request.node, "funcargs") else None
+    if client is not None:
+        client.close()
+
+
 def empty_bucket(gateway: GatewayProcess, seaweed: Any, name: str) -> None:
     client = gateway.client()
     for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
         client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    remote = seaweed.client()
+    remote = remote_client(seaweed)
     for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
         for item in page.get("Contents", []):
             remote.delete_object(Bucket=name, Key=item["Key"])
@@ -172,7 +181,7 @@ def test_hostile_key(s3: Any, bucket: str, seaweed: Any, sandbox: dict[str, Any]
             code = info.value.response["Error"]["Code"]
             assert 400 <= status < 500 and code in (expected, "NoSuchKey"), (status, code)
         assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
-        assert seaweed.client().list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+        assert remote_client(seaweed).list_objects_v2(Bucket=bucket)["KeyCount"] == 0
         return
 
     put = s3.put_object(Bucket=bucket, Key=key, Body=data, Metadata={"k": "v"})
@@ -182,7 +191,7 @@ def test_hostile_key(s3: Any, bucket: str, seaweed: Any, sandbox: dict[str, Any]
     assert s3.head_object(Bucket=bucket, Key=key)["ContentLength"] == len(data)
     listed = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=key)["Contents"]]
     assert listed == [key]
-    remote = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
+    remote = [o["Key"] for o in remote_client(seaweed).list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert remote == [key]  # stored under exactly this name on the remote
     if not key.endswith("/"):  # SeaweedFS cannot use a folder as a copy source (NoSuchKey)
         s3.copy_object(Bucket=bucket, Key="c/" + key[:900], CopySource={"Bucket": bucket, "Key": key})

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from tests.support.clients import AwsCli, Rclone, make_client, tree_files
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import GatewayProcess, remote_client
 
 pytestmark = pytest.mark.clients
 
@@ -111,7 +111,7 @@ def new_bucket(gw: GatewayProcess, seaweed: Any) -> Iterator[str]:
     try:
         yield name
     finally:
-        s3 = seaweed.client()
+        s3 = remote_client(seaweed)
         with contextlib.suppress(Exception):
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
                 for item in page.get("Contents", []):
@@ -128,7 +128,7 @@ def fresh_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
 def assert_empty(gateway: GatewayProcess, seaweed: Any, bucket: str) -> None:
     via_gateway = gateway.client().list_objects_v2(Bucket=bucket)
     assert via_gateway.get("KeyCount", 0) == 0, [c["Key"] for c in via_gateway.get("Contents", [])]
-    on_remote = seaweed.client().list_objects_v2(Bucket=bucket)
+    on_remote = remote_client(seaweed).list_objects_v2(Bucket=bucket)
     assert on_remote.get("KeyCount", 0) == 0, [c["Key"] for c in on_remote.get("Contents", [])]
     uploads = gateway.client().list_multipart_uploads(Bucket=bucket)
     assert not uploads.get("Uploads"), uploads.get("Uploads")
@@ -156,7 +156,7 @@ def big_roundtrip(cli: Any, gw: GatewayProcess, seaweed: Any, bucket: str, big: 
     etag = head["ETag"].strip('"')
     assert "-" in etag and int(etag.rsplit("-", 1)[1]) > 1, f"{cli.name} did not upload multipart: {etag}"
     assert head["ContentLength"] == big.size
-    assert seaweed.client().head_object(Bucket=bucket, Key=key)["ContentLength"] == big.size
+    assert remote_client(seaweed).head_object(Bucket=bucket, Key=key)["ContentLength"] == big.size
 
     out = tmp / "down" / "big.bin"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -195,7 +195,7 @@ def tree_roundtrip(cli: Any, gw: GatewayProcess, seaweed: Any, bucket: str, src:
     listed = cli.ls(bucket)
     assert listed == {TREE_PREFIX + k: len(v) for k, v in expected.items()}
     remote = {}
-    for page in seaweed.client().get_paginator("list_objects_v2").paginate(Bucket=bucket):
+    for page in remote_client(seaweed).get_paginator("list_objects_v2").paginate(Bucket=bucket):
         remote.update({c["Key"]: c["Size"] for c in page.get("Contents", [])})
     assert remote == listed
 

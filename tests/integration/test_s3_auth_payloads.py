@@ -28,7 +28,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from app.s3.chunked import STREAMING_SIGNED, ChunkSigningContext
-from tests.support.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
+from tests.support.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess, remote_client
 from tests.unit.test_chunked import encode, signing_key
 
 DOMAIN = "s3.ferry.test"
@@ -105,7 +105,7 @@ def module_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
     yield name
     empty_bucket(gateway, seaweed, name)
     with contextlib.suppress(ClientError):
-        seaweed.client().delete_bucket(Bucket=name)
+        remote_client(seaweed).delete_bucket(Bucket=name)
 
 
 @pytest.fixture
@@ -115,11 +115,20 @@ def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: Any) -> Iterato
     empty_bucket(gateway, seaweed, module_bucket)
 
 
+@pytest.fixture(autouse=True)
+def _close_client(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close the test's boto3 client: a live idle TLS connection holds the gateway's shutdown."""
+    yield
+    client = request.node.funcargs.get("s3") if hasattr(request.node, "funcargs") else None
+    if client is not None:
+        client.close()
+
+
 def empty_bucket(gateway: GatewayProcess, seaweed: Any, name: str) -> None:
     client = gateway.client()
     for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
         client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    remote = seaweed.client()
+    remote = remote_client(seaweed)
     for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
         for item in page.get("Contents", []):
             remote.delete_object(Bucket=name, Key=item["Key"])
@@ -205,17 +214,21 @@ def test_presigned_get_and_put(gw: GatewayProcess, bucket: str) -> None:
     assert resp.status_code == 200 and b"signed" in resp.content
 
 
-def test_presigned_url_expires(gw: GatewayProcess, bucket: str) -> None:
-    s3 = gw.client(signature_version="s3v4")
-    s3.put_object(Bucket=bucket, Key="short-lived", Body=b"x")
-    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "short-lived"},
-                                    ExpiresIn=1)
+def test_presigned_url_expires(gateway: GatewayProcess, gateway_tls: GatewayProcess, bucket: str) -> None:
+    urls = []
+    for gw in (gateway, gateway_tls):  # both protocols, one wait
+        s3 = gw.client(signature_version="s3v4")
+        s3.put_object(Bucket=bucket, Key="short-lived", Body=b"x")
+        url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "short-lived"},
+                                        ExpiresIn=1)
+        urls.append((gw, url))
     time.sleep(2.1)
-    resp = requests.get(url, verify=verify_of(gw), timeout=10)
-    assert resp.status_code == 403
-    root = ET.fromstring(resp.content)
-    assert root.findtext("Code") == "AccessDenied"
-    assert "expired" in (root.findtext("Message") or "").lower()
+    for gw, url in urls:
+        resp = requests.get(url, verify=verify_of(gw), timeout=10)
+        assert resp.status_code == 403
+        root = ET.fromstring(resp.content)
+        assert root.findtext("Code") == "AccessDenied"
+        assert "expired" in (root.findtext("Message") or "").lower()
 
 
 def test_presigned_sigv2_is_refused_cleanly(gw: GatewayProcess, bucket: str) -> None:
@@ -269,8 +282,9 @@ def _streaming_put(gw: GatewayProcess, target: str, chunks: list[bytes], tamper:
                               f"{amz_date[:8]}/us-east-1/s3/aws4_request", seed)
     wire = bytearray(encode(STREAMING_SIGNED, chunks, ctx=ctx))
     assert len(wire) == wire_length
-    if tamper is not None:
-        wire[tamper] ^= 0x01
+    if tamper is not None:  # another byte; in a signature, another hex digit
+        wire[tamper] = ord("1" if wire[tamper] == ord("0") else "0") if chr(wire[tamper]) in "0123456789abcdef" \
+            else wire[tamper] ^ 0x01
     status, _, body = send(gw, "PUT", target, headers, bytes(wire))
     return status, body
 

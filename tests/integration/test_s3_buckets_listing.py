@@ -16,7 +16,7 @@ from urllib.parse import unquote
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import GatewayProcess, remote_client
 
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
@@ -98,7 +98,7 @@ def module_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
     yield name
     empty_bucket(gateway, seaweed, name)
     with contextlib.suppress(ClientError):
-        seaweed.client().delete_bucket(Bucket=name)
+        remote_client(seaweed).delete_bucket(Bucket=name)
 
 
 @pytest.fixture
@@ -108,11 +108,20 @@ def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: Any) -> Iterato
     empty_bucket(gateway, seaweed, module_bucket)
 
 
+@pytest.fixture(autouse=True)
+def _close_client(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close the test's boto3 client: a live idle TLS connection holds the gateway's shutdown."""
+    yield
+    client = request.node.funcargs.get("s3") if hasattr(request.node, "funcargs") else None
+    if client is not None:
+        client.close()
+
+
 def empty_bucket(gateway: GatewayProcess, seaweed: Any, name: str) -> None:
     client = gateway.client()
     for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
         client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    remote = seaweed.client()
+    remote = remote_client(seaweed)
     for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
         for item in page.get("Contents", []):
             remote.delete_object(Bucket=name, Key=item["Key"])

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import GatewayProcess, remote_client
 
 MiB = 1024 * 1024
 PART = 5 * MiB
@@ -44,7 +44,7 @@ def module_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
     yield name
     empty_bucket(gateway, seaweed, name)
     with contextlib.suppress(ClientError):
-        seaweed.client().delete_bucket(Bucket=name)
+        remote_client(seaweed).delete_bucket(Bucket=name)
 
 
 @pytest.fixture
@@ -54,11 +54,20 @@ def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: Any) -> Iterato
     empty_bucket(gateway, seaweed, module_bucket)
 
 
+@pytest.fixture(autouse=True)
+def _close_client(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close the test's boto3 client: a live idle TLS connection holds the gateway's shutdown."""
+    yield
+    client = request.node.funcargs.get("s3") if hasattr(request.node, "funcargs") else None
+    if client is not None:
+        client.close()
+
+
 def empty_bucket(gateway: GatewayProcess, seaweed: Any, name: str) -> None:
     client = gateway.client()
     for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
         client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    remote = seaweed.client()
+    remote = remote_client(seaweed)
     for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
         for item in page.get("Contents", []):
             remote.delete_object(Bucket=name, Key=item["Key"])
@@ -100,7 +109,7 @@ def test_multipart_upload(s3: Any, bucket: str, seaweed: Any, parts: list[bytes]
     assert head["ContentLength"] == sum(map(len, parts))
     assert head["ContentType"] == "application/x-test"
     assert head["Metadata"] == {"origin": "multipart"}
-    remote = seaweed.client().head_object(Bucket=bucket, Key="big/object.bin")
+    remote = remote_client(seaweed).head_object(Bucket=bucket, Key="big/object.bin")
     assert remote["ETag"] == etag
     assert remote["ContentLength"] == sum(map(len, parts))
     assert remote["Metadata"] == {"origin": "multipart"}
@@ -282,7 +291,7 @@ def test_multipart_with_crc32(s3: Any, bucket: str, seaweed: Any, parts: list[by
     # The composite checksum (CRC of the part CRCs, "-N") as the remote computed it.
     composite = base64.b64encode(zlib.crc32(b"".join(base64.b64decode(_crc32(b)) for b in bodies))
                                  .to_bytes(4, "big")).decode()
-    remote = seaweed.client().head_object(Bucket=bucket, Key="crc", ChecksumMode="ENABLED")
+    remote = remote_client(seaweed).head_object(Bucket=bucket, Key="crc", ChecksumMode="ENABLED")
     assert remote["ChecksumCRC32"] == head["ChecksumCRC32"] == f"{composite}-2"
     got = s3.get_object(Bucket=bucket, Key="crc")["Body"].read()
     assert got == b"".join(bodies)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+ADMIN_TOKEN = "ferry-test-admin-token"
 ACCESS_KEY = "FERRYTESTKEY0000001"
 SECRET_KEY = "ferry-test-secret-key-0123456789abcdef"
 FERRY = str(Path(sys.executable).with_name("ferry"))
@@ -34,6 +36,8 @@ def free_port() -> int:
 
 
 class GatewayProcess:
+    running: set[GatewayProcess] = set()  # started and not stopped: what flush_all() flushes
+
     def __init__(self, remote: Any, data_dir: Path | None = None, *, tls: Any = None, workers: int = 1,
                  env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.remote = remote
@@ -64,6 +68,8 @@ class GatewayProcess:
             FERRY_ACCESS_KEY=ACCESS_KEY,
             FERRY_SECRET_KEY=SECRET_KEY,
             FERRY_LOG_LEVEL="warning",
+            FERRY_ADMIN_TOKEN=ADMIN_TOKEN,
+            FERRY_SWEEP_INTERVAL="0.5",
         )
         if self.tls:
             env.update(FERRY_TLS_CERT=str(self.tls.cert_chain), FERRY_TLS_KEY=str(self.tls.key))
@@ -83,6 +89,7 @@ class GatewayProcess:
             try:
                 with urllib.request.urlopen(f"{self.endpoint}/healthz", timeout=1, context=ctx) as r:
                     if r.status == 200:
+                        GatewayProcess.running.add(self)
                         return self
             except (urllib.error.URLError, OSError):
                 time.sleep(0.1)
@@ -94,7 +101,21 @@ class GatewayProcess:
         except OSError:
             return ""
 
+    def flush(self, bucket: str | None = None, prefix: str = "", timeout: float = 300.0) -> dict[str, Any]:
+        """The durability barrier: returns when the remote holds everything written before."""
+        import json
+
+        query = urllib.parse.urlencode({k: v for k, v in {"bucket": bucket, "prefix": prefix,
+                                                          "timeout": str(timeout)}.items() if v})
+        req = urllib.request.Request(f"{self.endpoint}/admin/flush?{query}", method="POST",
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        ctx = self.tls.client_context() if self.tls else None
+        with urllib.request.urlopen(req, timeout=timeout + 30, context=ctx) as r:
+            result: dict[str, Any] = json.loads(r.read())
+        return result
+
     def stop(self, timeout: float = 10.0) -> None:
+        GatewayProcess.running.discard(self)
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -105,6 +126,7 @@ class GatewayProcess:
 
     def kill(self) -> None:
         """kill -9 of the whole process group (all uvicorn workers)."""
+        GatewayProcess.running.discard(self)
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
@@ -127,3 +149,17 @@ class GatewayProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def flush_all() -> None:
+    """Flush every running gateway, so the remote can be inspected directly."""
+    for gw in list(GatewayProcess.running):
+        if gw.proc is not None and gw.proc.poll() is None:
+            result = gw.flush()
+            assert result["durable"], f"flush did not complete: {result}"
+
+
+def remote_client(remote: Any, **config: Any) -> Any:
+    """The remote's own client, after every gateway destaged what it buffered (write-back)."""
+    flush_all()
+    return remote.client(**config)

@@ -53,6 +53,29 @@ _PORTS_AVOIDED = set(range(27430, 27450)) | set(range(37430, 37450))
 _COMPONENTS = ("s3", "master", "volume", "filer", "admin")
 
 
+def _libc_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """preexec_fn: SIGTERM the child when the thread that started it dies (a killed pytest)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 class SeaweedError(RuntimeError):
     """The server could not be started, or failed while running."""
 
@@ -170,6 +193,10 @@ class SeaweedServer:
     first PUT into each new bucket. ``max_volumes`` (``-volume.max``) lifts the cap; volumes are
     not preallocated, so an empty one costs two small files. The first PUT into a new bucket takes
     ~0.2 s (SeaweedFS grows the bucket's volume, then retries the assignment after a fixed pause).
+
+    ``die_with_parent`` (Linux): the server gets SIGTERM when the thread that started it exits, so
+    a killed test run leaves no orphan ``weed`` behind. Start servers from a thread that outlives
+    them (the main thread, as fixtures do), or pass False.
     """
 
     def __init__(
@@ -184,6 +211,7 @@ class SeaweedServer:
         allow_delete_bucket_not_empty: bool = False,
         auto_create_bucket: bool = False,
         max_volumes: int = 1000,
+        die_with_parent: bool = True,
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.access_key = access_key
@@ -193,6 +221,7 @@ class SeaweedServer:
         self.allow_delete_bucket_not_empty = allow_delete_bucket_not_empty
         self.auto_create_bucket = auto_create_bucket
         self.max_volumes = max_volumes
+        self.die_with_parent = die_with_parent
         self.extra_args = tuple(extra_args)
         self._weed = weed
         self._own_dir = base_dir is None
@@ -358,6 +387,7 @@ class SeaweedServer:
         self._log_file.write(f"\n=== {time.strftime('%F %T')} start: {' '.join(cmd)}\n".encode())
         self._log_file.flush()
         t0 = time.monotonic()
+        parent = os.getpid()
         self._proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -365,6 +395,7 @@ class SeaweedServer:
             stderr=subprocess.STDOUT,
             cwd=self.base_dir,
             start_new_session=True,  # own process group: pause()/stop() reach all of it
+            preexec_fn=(lambda: _die_with_parent(parent)) if self.die_with_parent else None,
         )
         self._paused = False
         deadline = t0 + self.start_timeout

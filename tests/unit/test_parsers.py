@@ -21,7 +21,7 @@ from app.s3 import xml
 from app.s3.request import parse_query, split_target
 from app.s3.tokens import decode_token, encode_token
 
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 sizes = st.integers(min_value=0, max_value=10**12)
 digits = st.one_of(st.just(""), st.integers(min_value=0, max_value=10**15).map(str),
                    st.text("0123456789", min_size=1, max_size=40))

@@ -11,7 +11,9 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -78,3 +80,43 @@ class MultipartPart(Base):
     blob: Mapped[str] = mapped_column(String(64))
     checksums_json: Mapped[str] = mapped_column(Text, default="{}")
     last_modified: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ObjectVersion(Base):
+    """The write journal: one row per acknowledged PUT, multipart Complete, COPY or DELETE.
+
+    ``seq`` is the monotonically increasing sequence number; for one key, the row with the
+    highest seq is the truth until it is durable on the remote.
+    """
+
+    __tablename__ = "object_versions"
+    __table_args__ = (
+        Index("ix_object_versions_bucket_key_seq", "bucket", "key", "seq"),
+        Index("ix_object_versions_state_due", "state", "next_attempt_at"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                     autoincrement=True)
+    bucket: Mapped[str] = mapped_column(String(63))
+    key: Mapped[str] = mapped_column(Text)
+    op: Mapped[str] = mapped_column(String(8))  # put | delete
+    state: Mapped[str] = mapped_column(String(16))
+    generation: Mapped[int] = mapped_column(Integer, default=0)
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    etag: Mapped[str] = mapped_column(String(64), default="")
+    blobs_json: Mapped[str] = mapped_column(Text, default="[]")
+    multipart: Mapped[bool] = mapped_column(Boolean, default=False)
+    headers_json: Mapped[str] = mapped_column(Text, default="{}")
+    checksums_json: Mapped[str] = mapped_column(Text, default="{}")
+    checksum_algorithm: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    node_id: Mapped[str] = mapped_column(String(64), default="")
+    tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Unix times (float) where SQL compares them: portable across SQLite and PostgreSQL.
+    next_attempt_at: Mapped[float] = mapped_column(Float, default=0.0)
+    lease_until: Mapped[float] = mapped_column(Float, default=0.0)
+    remote_etag: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    remote_version_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    durable_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -23,6 +23,9 @@ def content_headers(req: S3Request) -> dict[str, str]:
             headers["content-encoding"] = ",".join(kept)
         else:
             del headers["content-encoding"]
+    # S3's default, stated explicitly: a remote that sniffs types (SeaweedFS does) must store the
+    # same Content-Type the gateway served while the object was buffered.
+    headers.setdefault("content-type", "binary/octet-stream")
     return headers
 
 

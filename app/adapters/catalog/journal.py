@@ -1,0 +1,317 @@
+"""The write journal (``object_versions``): the outbox of write-back.
+
+A write is acknowledged only after its row commits; the destage worker moves the row through
+``domain.states`` with compare-and-swap updates guarded by ``generation``. Per key, only the
+newest row is ever uploaded and only one row at a time holds a destage lease, so an older
+version can never land on the remote after a newer one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, exists, func, or_, select, text, update
+from sqlalchemy.orm import aliased, sessionmaker
+
+from app.adapters.catalog.tables import MultipartPart, ObjectVersion
+from app.domain.states import DIRTY, VersionState
+
+DIRTY_VALUES = tuple(s.value for s in DIRTY)
+
+
+@dataclass(slots=True)
+class BlobRef:
+    """One stored piece of an object: a whole body, or one multipart part."""
+
+    blob: str
+    size: int
+    etag: str  # md5 hex of this piece
+    checksums: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class VersionRow:
+    seq: int
+    bucket: str
+    key: str
+    op: str
+    state: VersionState
+    generation: int
+    size: int
+    etag: str
+    blobs: list[BlobRef]
+    multipart: bool
+    content_headers: dict[str, str]
+    metadata: dict[str, str]
+    checksums: dict[str, str]
+    checksum_algorithm: str | None
+    node_id: str
+    created_at: datetime
+    attempts: int
+    last_error: str | None
+    next_attempt_at: float
+    remote_etag: str | None
+    durable_at: datetime | None
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op == "delete"
+
+
+def _aware(when: datetime | None) -> datetime | None:
+    if when is None:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _row(r: ObjectVersion) -> VersionRow:
+    headers = json.loads(r.headers_json)
+    return VersionRow(
+        seq=r.seq, bucket=r.bucket, key=r.key, op=r.op, state=VersionState(r.state), generation=r.generation,
+        size=r.size, etag=r.etag, blobs=[BlobRef(*b) for b in json.loads(r.blobs_json)],
+        multipart=r.multipart, content_headers=headers.get("content", {}), metadata=headers.get("metadata", {}),
+        checksums=json.loads(r.checksums_json), checksum_algorithm=r.checksum_algorithm, node_id=r.node_id,
+        created_at=_aware(r.created_at) or datetime.now(UTC), attempts=r.attempts, last_error=r.last_error,
+        next_attempt_at=r.next_attempt_at, remote_etag=r.remote_etag, durable_at=_aware(r.durable_at),
+    )
+
+
+def _key_lock_id(bucket: str, key: str) -> int:
+    return zlib.crc32(f"{bucket}/{key}".encode("utf-8", "surrogatepass")) - 2**31
+
+
+class Journal:
+    def __init__(self, engine: Engine, node_id: str) -> None:
+        self.engine = engine
+        self.node_id = node_id
+        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.is_postgres = engine.dialect.name == "postgresql"
+
+    # ---- appending (the acknowledgement point) -------------------------------------------------
+    def append_put(self, bucket: str, key: str, size: int, etag: str, blobs: list[BlobRef], *,
+                   multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
+                   checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
+                   complete_upload: str | None = None) -> VersionRow:
+        """Insert a buffered PUT; with ``complete_upload`` the upload's rows go in the same commit."""
+        from app.adapters.catalog.tables import MultipartUpload
+
+        row = ObjectVersion(
+            bucket=bucket, key=key, op="put", state=VersionState.BUFFERED.value, generation=0, size=size,
+            etag=etag, blobs_json=json.dumps([[b.blob, b.size, b.etag, b.checksums] for b in blobs]),
+            multipart=multipart, headers_json=json.dumps({"content": content_headers, "metadata": metadata}),
+            checksums_json=json.dumps(checksums), checksum_algorithm=checksum_algorithm, node_id=self.node_id,
+            tenant_id=tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,
+        )
+        with self.sessions.begin() as s:
+            s.add(row)
+            if complete_upload is not None:
+                s.query(MultipartPart).filter(MultipartPart.upload_id == complete_upload).delete()
+                s.query(MultipartUpload).filter(MultipartUpload.upload_id == complete_upload).delete()
+            s.flush()
+            return _row(row)
+
+    def append_delete(self, bucket: str, key: str, tenant_id: int | None) -> VersionRow:
+        row = ObjectVersion(
+            bucket=bucket, key=key, op="delete", state=VersionState.BUFFERED.value, generation=0, size=0, etag="",
+            blobs_json="[]", multipart=False, headers_json="{}", checksums_json="{}", node_id=self.node_id,
+            tenant_id=tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,
+        )
+        with self.sessions.begin() as s:
+            s.add(row)
+            s.flush()
+            return _row(row)
+
+    # ---- reading -------------------------------------------------------------------------------
+    def get(self, seq: int) -> VersionRow | None:
+        with self.sessions() as s:
+            r = s.get(ObjectVersion, seq)
+            return _row(r) if r else None
+
+    def latest_dirty(self, bucket: str, key: str) -> VersionRow | None:
+        """The newest row for the key if it is not yet durable (read-your-writes), else None."""
+        with self.sessions() as s:
+            r = s.scalars(select(ObjectVersion).where(ObjectVersion.bucket == bucket, ObjectVersion.key == key)
+                          .order_by(ObjectVersion.seq.desc()).limit(1)).first()
+        if r is None or r.state not in DIRTY_VALUES:
+            return None
+        return _row(r)
+
+    def dirty_under(self, bucket: str, prefix: str, after: str | None, limit: int) -> list[VersionRow]:
+        """Newest dirty row per key under a prefix, keys after ``after``, in key order."""
+        newer = aliased(ObjectVersion)
+        stmt = (
+            select(ObjectVersion)
+            .where(ObjectVersion.bucket == bucket, ObjectVersion.state.in_(DIRTY_VALUES),
+                   ~exists().where(newer.bucket == ObjectVersion.bucket, newer.key == ObjectVersion.key,
+                                   newer.seq > ObjectVersion.seq))
+            .order_by(ObjectVersion.key)
+        )
+        if prefix:
+            stmt = stmt.where(ObjectVersion.key >= prefix)
+        if after:
+            stmt = stmt.where(ObjectVersion.key > after)
+        out: list[VersionRow] = []
+        with self.sessions() as s:
+            for r in s.scalars(stmt.limit(limit * 4 + 100)):
+                if not r.key.startswith(prefix):
+                    if r.key > prefix and not r.key.startswith(prefix):
+                        break
+                    continue
+                out.append(_row(r))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def versions(self, bucket: str, prefix: str = "", limit: int = 1000) -> list[VersionRow]:
+        """All journal rows under a prefix, newest first (durability report)."""
+        with self.sessions() as s:
+            stmt = (select(ObjectVersion).where(ObjectVersion.bucket == bucket)
+                    .order_by(ObjectVersion.seq.desc()).limit(limit))
+            if prefix:
+                stmt = stmt.where(ObjectVersion.key >= prefix, ObjectVersion.key < prefix + "\U0010ffff")
+            return [_row(r) for r in s.scalars(stmt)]
+
+    def max_seq(self) -> int:
+        with self.sessions() as s:
+            return int(s.scalar(select(func.coalesce(func.max(ObjectVersion.seq), 0))) or 0)
+
+    def pending_count(self, bucket: str | None, prefix: str, upto_seq: int) -> dict[str, int]:
+        """Counts by state of rows at or below ``upto_seq`` that are not durable yet."""
+        stmt = (select(ObjectVersion.state, func.count()).where(ObjectVersion.seq <= upto_seq,
+                ObjectVersion.state.in_(DIRTY_VALUES)).group_by(ObjectVersion.state))
+        if bucket:
+            stmt = stmt.where(ObjectVersion.bucket == bucket)
+        if prefix:
+            stmt = stmt.where(ObjectVersion.key >= prefix, ObjectVersion.key < prefix + "\U0010ffff")
+        with self.sessions() as s:
+            return {state: int(n) for state, n in s.execute(stmt)}
+
+    def dirty_bytes(self) -> int:
+        """Bytes not yet on the remote: dirty versions plus parts of open multipart uploads."""
+        with self.sessions() as s:
+            versions = s.scalar(select(func.coalesce(func.sum(ObjectVersion.size), 0))
+                                .where(ObjectVersion.state.in_(DIRTY_VALUES))) or 0
+            parts = s.scalar(select(func.coalesce(func.sum(MultipartPart.size), 0))) or 0
+        return int(versions) + int(parts)
+
+    def due(self, limit: int = 1000, now: float | None = None) -> list[int]:
+        """Buffered rows whose retry time has come (the outbox sweeper re-enqueues these)."""
+        now = time.time() if now is None else now
+        with self.sessions() as s:
+            return list(s.scalars(select(ObjectVersion.seq)
+                                  .where(ObjectVersion.state == VersionState.BUFFERED.value,
+                                         ObjectVersion.next_attempt_at <= now)
+                                  .order_by(ObjectVersion.seq).limit(limit)))
+
+    def blobs_referenced(self, blob_ids: Sequence[str]) -> set[str]:
+        """Which of these blob ids a dirty row or an open upload still references."""
+        wanted = set(blob_ids)
+        found: set[str] = set()
+        with self.sessions() as s:
+            for (blobs_json,) in s.execute(select(ObjectVersion.blobs_json)
+                                           .where(ObjectVersion.state.in_(DIRTY_VALUES))):
+                found |= {b[0] for b in json.loads(blobs_json)} & wanted
+            found |= set(s.scalars(select(MultipartPart.blob).where(MultipartPart.blob.in_(wanted))))
+        return found
+
+    # ---- state changes (compare-and-swap) ------------------------------------------------------
+    def claim(self, seq: int, lease_seconds: float) -> VersionRow | None:
+        """BUFFERED -> DESTAGING with a lease, unless another row of the key holds a live lease."""
+        now = time.time()
+        with self.sessions.begin() as s:
+            row = s.get(ObjectVersion, seq)
+            if row is None or row.state != VersionState.BUFFERED.value:
+                return None
+            if self.is_postgres:
+                s.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _key_lock_id(row.bucket, row.key)})
+            other = aliased(ObjectVersion)
+            result = s.execute(
+                update(ObjectVersion)
+                .where(ObjectVersion.seq == seq, ObjectVersion.state == VersionState.BUFFERED.value,
+                       ObjectVersion.generation == row.generation,
+                       ~exists().where(other.bucket == row.bucket, other.key == row.key, other.seq != seq,
+                                       other.state == VersionState.DESTAGING.value, other.lease_until > now))
+                .values(state=VersionState.DESTAGING.value, generation=ObjectVersion.generation + 1,
+                        lease_until=now + lease_seconds, attempts=ObjectVersion.attempts + 1)
+                .execution_options(synchronize_session=False)
+            )
+            if result.rowcount != 1:
+                return None
+        return self.get(seq)
+
+    def has_newer(self, row: VersionRow) -> bool:
+        with self.sessions() as s:
+            return bool(s.scalar(select(func.count()).where(ObjectVersion.bucket == row.bucket,
+                                                             ObjectVersion.key == row.key,
+                                                             ObjectVersion.seq > row.seq)))
+
+    def renew(self, row: VersionRow, lease_seconds: float) -> bool:
+        return self._cas(row, VersionState.DESTAGING, lease_until=time.time() + lease_seconds, bump=False)
+
+    def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None) -> bool:
+        return self._cas(row, VersionState.DESTAGING, state=VersionState.DURABLE.value, remote_etag=remote_etag,
+                         remote_version_id=remote_version, durable_at=datetime.now(UTC), last_error=None,
+                         lease_until=0.0)
+
+    def mark_superseded(self, row: VersionRow) -> bool:
+        return self._cas(row, row.state, state=VersionState.SUPERSEDED.value, lease_until=0.0)
+
+    def mark_retry(self, row: VersionRow, error: str, retry_at: float, *, failed: bool) -> bool:
+        target = VersionState.FAILED if failed else VersionState.BUFFERED
+        return self._cas(row, VersionState.DESTAGING, state=target.value, last_error=error[:2000],
+                         next_attempt_at=retry_at, lease_until=0.0)
+
+    def _cas(self, row: VersionRow, expected: VersionState, *, bump: bool = True, **values: Any) -> bool:
+        if bump:
+            values["generation"] = ObjectVersion.generation + 1
+        with self.sessions.begin() as s:
+            result = s.execute(
+                update(ObjectVersion)
+                .where(ObjectVersion.seq == row.seq, ObjectVersion.state == expected.value,
+                       ObjectVersion.generation == row.generation)
+                .values(**values).execution_options(synchronize_session=False)
+            )
+            return result.rowcount == 1
+
+    def release_expired_leases(self, now: float | None = None) -> int:
+        """DESTAGING rows whose worker died (lease ran out) go back to BUFFERED."""
+        now = time.time() if now is None else now
+        with self.sessions.begin() as s:
+            result = s.execute(
+                update(ObjectVersion)
+                .where(ObjectVersion.state == VersionState.DESTAGING.value, ObjectVersion.lease_until < now)
+                .values(state=VersionState.BUFFERED.value, generation=ObjectVersion.generation + 1,
+                        next_attempt_at=now, last_error="destage lease expired (worker lost)")
+                .execution_options(synchronize_session=False)
+            )
+            return int(result.rowcount or 0)
+
+    def retry_now(self, bucket: str | None = None, prefix: str = "", include_failed: bool = True) -> int:
+        """Make buffered (and failed) rows due immediately: the flush and retry buttons."""
+        states = [VersionState.BUFFERED.value] + ([VersionState.FAILED.value] if include_failed else [])
+        cond = [ObjectVersion.state.in_(states)]
+        if bucket:
+            cond.append(ObjectVersion.bucket == bucket)
+        if prefix:
+            cond.append(and_(ObjectVersion.key >= prefix, ObjectVersion.key < prefix + "\U0010ffff"))
+        with self.sessions.begin() as s:
+            result = s.execute(
+                update(ObjectVersion).where(*cond)
+                .values(state=VersionState.BUFFERED.value, next_attempt_at=0.0, attempts=0,
+                        generation=ObjectVersion.generation + 1)
+                .execution_options(synchronize_session=False)
+            )
+            return int(result.rowcount or 0)
+
+    def dirty_for_node(self, limit: int = 10_000) -> list[int]:
+        with self.sessions() as s:
+            return list(s.scalars(select(ObjectVersion.seq).where(
+                ObjectVersion.node_id == self.node_id,
+                or_(ObjectVersion.state == VersionState.BUFFERED.value,
+                    ObjectVersion.state == VersionState.DESTAGING.value)).order_by(ObjectVersion.seq).limit(limit)))

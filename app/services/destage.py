@@ -1,0 +1,206 @@
+"""Destage: move one journaled write to the remote. One function for every executor.
+
+``Destager.destage(seq)`` is idempotent and safe to run concurrently and repeatedly (a lost,
+duplicated or retried message is harmless): it claims the row with a lease, skips rows that a
+newer write of the same key supersedes, uploads with the original part boundaries, verifies
+the remote ETag, and marks the row durable in a transaction guarded by its generation.
+Blocking code: the embedded executor runs it in a thread, Celery in a worker process.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from app.adapters.blobstore import BlobStore
+from app.adapters.catalog.journal import BlobRef, Journal, VersionRow
+from app.adapters.remote import RemoteStore
+from app.domain.errors import S3Error
+from app.domain.states import backoff_seconds
+
+log = logging.getLogger("ferry.destage")
+
+
+@dataclass(frozen=True)
+class UploadSpec:
+    bucket: str
+    key: str
+    size: int
+    etag: str
+    blobs: list[BlobRef]
+    multipart: bool
+    content_headers: dict[str, str]
+    metadata: dict[str, str]
+    checksums: dict[str, str]
+    checksum_algorithm: str | None
+
+
+class LeaseLost(Exception):
+    """Another worker owns the journal row now: this one must not commit anything remotely."""
+
+
+def upload(remote: RemoteStore, store: BlobStore, spec: UploadSpec, part_concurrency: int = 8,
+           fence: Callable[[], bool] | None = None) -> str:
+    """Write one object version to the remote; returns the remote ETag (verified equal to ours).
+
+    ``fence()`` is asked right before a multipart upload's commit point (Complete); False aborts it.
+    """
+    if spec.multipart:
+        remote_etag = _upload_multipart(remote, store, spec, part_concurrency, fence)
+    else:
+        piece = spec.blobs[0] if spec.blobs else None
+        md5_b64 = base64.b64encode(bytes.fromhex(spec.etag)).decode()
+        if piece is None:
+            import io
+
+            remote_etag = remote.put_object(spec.bucket, spec.key, io.BytesIO(b""), 0, md5_b64,
+                                            spec.content_headers, spec.metadata, spec.checksums)
+        else:
+            with open(store.path(piece.blob), "rb") as fh:
+                remote_etag = remote.put_object(spec.bucket, spec.key, fh, piece.size, md5_b64,
+                                                spec.content_headers, spec.metadata, spec.checksums)
+    if remote_etag and remote_etag != spec.etag:
+        raise S3Error("InternalError", f"the remote reported ETag {remote_etag}, expected {spec.etag}")
+    return remote_etag or spec.etag
+
+
+def _upload_multipart(remote: RemoteStore, store: BlobStore, spec: UploadSpec, concurrency: int,
+                      fence: Callable[[], bool] | None = None) -> str:
+    """Same part boundaries as the client used, so the remote's ETag is the client's."""
+    upload_id = remote.create_multipart(spec.bucket, spec.key, spec.content_headers, spec.metadata,
+                                        spec.checksum_algorithm)
+
+    def send(number: int, piece: BlobRef) -> None:
+        md5_b64 = base64.b64encode(bytes.fromhex(piece.etag)).decode()
+        with open(store.path(piece.blob), "rb") as fh:
+            etag = remote.upload_part(spec.bucket, spec.key, upload_id, number, fh, piece.size, md5_b64,
+                                      piece.checksums)
+        if etag and etag != piece.etag:
+            raise S3Error("InternalError", f"remote part {number} ETag {etag}, expected {piece.etag}")
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(spec.blobs)))) as pool:
+            futures = [pool.submit(send, n, piece) for n, piece in enumerate(spec.blobs, start=1)]
+            for f in futures:
+                f.result()
+        parts = [(n, piece.etag, piece.checksums) for n, piece in enumerate(spec.blobs, start=1)]
+        if fence is not None and not fence():
+            raise LeaseLost(f"lost the destage lease of {spec.bucket}/{spec.key} before completing it")
+        return remote.complete_multipart(spec.bucket, spec.key, upload_id, parts)
+    except BaseException:
+        remote.abort_multipart(spec.bucket, spec.key, upload_id)
+        raise
+
+
+def spec_of(row: VersionRow) -> UploadSpec:
+    return UploadSpec(row.bucket, row.key, row.size, row.etag, row.blobs, row.multipart, row.content_headers,
+                      row.metadata, row.checksums, row.checksum_algorithm)
+
+
+class Destager:
+    def __init__(self, journal: Journal, store: BlobStore, remote: RemoteStore, *, lease_seconds: float = 30.0,
+                 max_attempts: int = 12, part_concurrency: int = 8, backoff_base: float = 1.0,
+                 backoff_cap: float = 300.0, on_outcome: Callable[[str, VersionRow], None] | None = None) -> None:
+        self.journal = journal
+        self.store = store
+        self.remote = remote
+        self.lease_seconds = lease_seconds
+        self.max_attempts = max_attempts
+        self.part_concurrency = part_concurrency
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.on_outcome = on_outcome
+
+    def destage(self, seq: int) -> str:
+        """Returns the outcome: durable, superseded, retry, failed, lost or skipped."""
+        row = self.journal.claim(seq, self.lease_seconds)
+        if row is None:
+            return "skipped"
+        if self.journal.has_newer(row):
+            self._intend_drop(row)
+            if self.journal.mark_superseded(row):
+                self._drop_blobs(row)
+            else:
+                self._keep_blobs(row)
+            return self._done("superseded", row)
+        lost = threading.Event()
+        stop = threading.Event()
+        renewer = threading.Thread(target=self._renew, args=(row, stop, lost), daemon=True)
+        renewer.start()
+        try:
+            if row.is_delete:
+                self.remote.delete_object(row.bucket, row.key)
+                remote_etag = ""
+            else:
+                # A worker that lost its lease (stalled past it) must not complete an older version
+                # over a newer one: the lease is checked once more at the commit point.
+                remote_etag = upload(self.remote, self.store, spec_of(row), self.part_concurrency,
+                                     fence=lambda: self.journal.renew(row, self.lease_seconds))
+        except Exception as exc:  # any failure: keep the bytes, retry later
+            stop.set()
+            renewer.join()
+            return self._failed(row, exc)
+        finally:
+            stop.set()
+        renewer.join()
+        if lost.is_set():
+            return self._done("lost", row)
+        # row.generation is still the claim's: the CAS fails if the row was taken over meanwhile.
+        self._intend_drop(row)
+        if self.journal.mark_durable(row, remote_etag, None):
+            self._drop_blobs(row)
+            return self._done("durable", row)
+        self._keep_blobs(row)
+        return self._done("lost", row)
+
+    def _renew(self, row: VersionRow, stop: threading.Event, lost: threading.Event) -> None:
+        """Extend the lease while the upload runs. The claim's generation is the fencing token and
+        is never refreshed from the catalog: once another worker has claimed the row, renewing fails."""
+        expires = time.monotonic() + self.lease_seconds
+        while not stop.wait(self.lease_seconds / 3):
+            try:
+                if not self.journal.renew(row, self.lease_seconds):
+                    lost.set()
+                    return
+                expires = time.monotonic() + self.lease_seconds
+            except Exception:  # a catalog blip: keep trying while the lease can still be ours
+                log.warning("renewing the destage lease of seq %s failed", row.seq, exc_info=True)
+                if time.monotonic() >= expires:
+                    lost.set()
+                    return
+
+    def _failed(self, row: VersionRow, exc: Exception) -> str:
+        current = self.journal.get(row.seq)
+        attempts = current.attempts if current else row.attempts
+        failed = attempts >= self.max_attempts
+        delay = backoff_seconds(attempts, self.backoff_base, self.backoff_cap) * random.uniform(0.5, 1.0)
+        message = f"{type(exc).__name__}: {exc}"
+        log.warning("destage of seq %s (%s/%s) failed (attempt %s): %s", row.seq, row.bucket, row.key,
+                    attempts, message)
+        if not self.journal.mark_retry(row, message, time.time() + delay, failed=failed):
+            return self._done("lost", row)  # another worker owns the row now
+        return self._done("failed" if failed else "retry", row)
+
+    def _intend_drop(self, row: VersionRow) -> None:
+        """A crash between the row's final commit and ``_drop_blobs`` must not leak the blobs."""
+        for piece in row.blobs:
+            self.store.pending(piece.blob)
+
+    def _keep_blobs(self, row: VersionRow) -> None:
+        for piece in row.blobs:
+            self.store.settle(piece.blob)
+
+    def _drop_blobs(self, row: VersionRow) -> None:
+        for piece in row.blobs:
+            self.store.delete(piece.blob)
+
+    def _done(self, outcome: str, row: VersionRow) -> str:
+        if self.on_outcome is not None:
+            self.on_outcome(outcome, row)
+        return outcome

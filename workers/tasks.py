@@ -1,0 +1,35 @@
+"""Celery tasks: thin wrappers over the same service functions the embedded executor runs.
+
+Retries are the journal's job, not Celery's: a failed destage sets the row's next attempt time
+(exponential backoff with jitter) and the sweeper re-sends it when due, so a lost or duplicated
+message never loses or reorders a write.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from app.bootstrap import Container, build
+from app.config import get_settings
+from workers.celery_app import app
+
+
+@lru_cache(maxsize=1)
+def container() -> Container:
+    return build(get_settings())
+
+
+@app.task(name="ferry.destage", acks_late=True, ignore_result=True)
+def destage(seq: int) -> str:
+    return container().destager.destage(seq)
+
+
+@app.task(name="ferry.sweep", ignore_result=True)
+def sweep() -> int:
+    """Free leases of dead workers and re-send every due entry of this node."""
+    c = container()
+    c.journal.release_expired_leases()
+    due = c.journal.due()
+    for seq in due:
+        destage.delay(seq)
+    return len(due)
