@@ -29,7 +29,7 @@ def sweep() -> int:
     """Free leases of dead workers and re-send every due entry of this node."""
     c = container()
     c.journal.release_expired_leases()
-    due = c.journal.due()
+    due = c.journal.due(node_id=c.journal.node_id)  # other nodes' bytes are not on this disk
     for seq in due:
         destage.delay(seq)
     return len(due)

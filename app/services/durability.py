@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 
@@ -50,7 +51,8 @@ class Durability:
         if isinstance(self.executor, EmbeddedExecutor):
             await self.executor.sweep()
             return
-        for seq in await anyio.to_thread.run_sync(self.journal.due):
+        # Fleet: this node's queue gets this node's rows only (the bytes are on its disk).
+        for seq in await anyio.to_thread.run_sync(functools.partial(self.journal.due, node_id=self.journal.node_id)):
             self.executor.submit(seq)
 
     async def states(self, bucket: str, prefix: str = "", limit: int = 1000) -> list[VersionRow]:

@@ -200,14 +200,20 @@ class Journal:
             parts = s.scalar(select(func.coalesce(func.sum(MultipartPart.size), 0))) or 0
         return int(versions) + int(parts)
 
-    def due(self, limit: int = 1000, now: float | None = None) -> list[int]:
-        """Buffered rows whose retry time has come (the outbox sweeper re-enqueues these)."""
+    def due(self, limit: int = 1000, now: float | None = None, node_id: str | None = None) -> list[int]:
+        """Buffered rows whose retry time has come (the outbox sweeper re-enqueues these).
+
+        A fleet node passes its ``node_id``: a row's bytes are on the node that accepted it, so
+        only that node's worker can destage it.
+        """
         now = time.time() if now is None else now
+        stmt = (select(ObjectVersion.seq)
+                .where(ObjectVersion.state == VersionState.BUFFERED.value, ObjectVersion.next_attempt_at <= now)
+                .order_by(ObjectVersion.seq).limit(limit))
+        if node_id is not None:
+            stmt = stmt.where(ObjectVersion.node_id == node_id)
         with self.sessions() as s:
-            return list(s.scalars(select(ObjectVersion.seq)
-                                  .where(ObjectVersion.state == VersionState.BUFFERED.value,
-                                         ObjectVersion.next_attempt_at <= now)
-                                  .order_by(ObjectVersion.seq).limit(limit)))
+            return list(s.scalars(stmt))
 
     def blobs_referenced(self, blob_ids: Sequence[str]) -> set[str]:
         """Which of these blob ids a dirty row or an open upload still references."""
