@@ -131,7 +131,13 @@ class Gateway:
         confirmed = self._known_buckets.get(bucket)
         if confirmed is not None and time.monotonic() - confirmed < BUCKET_TRUST_SECONDS:
             return
-        await self._run(self.remote.head_bucket, bucket)
+        try:
+            await self._run(self.remote.head_bucket, bucket)
+        except S3Error as err:
+            # Remote unreachable (e.g. just after a restart during an outage): a bucket the
+            # journal has written to before is known to exist, so writes go on.
+            if err.status < 500 or self.journal is None or not await self._run(self.journal.has_bucket, bucket):
+                raise
         self._known_buckets[bucket] = time.monotonic()
 
     @property

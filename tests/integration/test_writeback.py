@@ -240,3 +240,21 @@ def test_write_through_mode_puts_to_the_remote_before_answering(remote: SeaweedS
         s3.delete_object(Bucket="wthrough", Key="k")
         assert remote.client().list_objects_v2(Bucket="wthrough")["KeyCount"] == 0
         s3.delete_bucket(Bucket="wthrough")
+
+
+def test_writes_go_on_after_a_restart_during_an_outage(gw: GatewayProcess, remote: SeaweedServer) -> None:
+    s3 = gw.client()
+    s3.put_object(Bucket="wbuf", Key="rs/a", Body=b"before")
+    gw.flush("wbuf", "rs/")
+    remote.pause()
+    try:
+        gw.stop()
+        gw.start()  # a fresh process: it has never asked the remote about this bucket
+        s3 = gw.client()
+        s3.put_object(Bucket="wbuf", Key="rs/b", Body=b"during")
+        assert s3.get_object(Bucket="wbuf", Key="rs/b")["Body"].read() == b"during"
+    finally:
+        remote.resume()
+    gw.flush("wbuf", "rs/")
+    assert remote.client().get_object(Bucket="wbuf", Key="rs/b")["Body"].read() == b"during"
+    _clear(gw, remote, "rs/")

@@ -177,6 +177,11 @@ class Journal:
                 stmt = stmt.where(ObjectVersion.key >= prefix, ObjectVersion.key < prefix + "\U0010ffff")
             return [_row(r) for r in s.scalars(stmt)]
 
+    def has_bucket(self, bucket: str) -> bool:
+        """Whether any write to this bucket was ever journaled (so the remote accepted it once)."""
+        with self.sessions() as s:
+            return s.scalar(select(ObjectVersion.seq).where(ObjectVersion.bucket == bucket).limit(1)) is not None
+
     def max_seq(self) -> int:
         with self.sessions() as s:
             return int(s.scalar(select(func.coalesce(func.max(ObjectVersion.seq), 0))) or 0)
