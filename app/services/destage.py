@@ -178,7 +178,11 @@ class Destager:
     def _failed(self, row: VersionRow, exc: Exception) -> str:
         current = self.journal.get(row.seq)
         attempts = current.attempts if current else row.attempts
-        failed = attempts >= self.max_attempts
+        # An unreachable or overloaded remote (5xx, connection errors) is an outage, not a fault
+        # of this object: keep retrying at the capped backoff, so everything destages when the
+        # remote returns. Only refusals of the object itself (4xx) use up the attempts.
+        outage = (isinstance(exc, S3Error) and exc.status >= 500) or isinstance(exc, ConnectionError | TimeoutError)
+        failed = attempts >= self.max_attempts and not outage
         delay = backoff_seconds(attempts, self.backoff_base, self.backoff_cap) * random.uniform(0.5, 1.0)
         message = f"{type(exc).__name__}: {exc}"
         log.warning("destage of seq %s (%s/%s) failed (attempt %s): %s", row.seq, row.bucket, row.key,
