@@ -164,9 +164,11 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
 
 
 # ------------------------------------------------------------------ gateway fixtures
-# (gateway apps, clients against them, fault-injecting remotes: import servers from tests/support)
 
-from tests.support.gateway import GatewayProcess  # noqa: E402
+
+from botocore.exceptions import ClientError  # noqa: E402
+
+from tests.support.gateway import GatewayProcess, remote_client  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -185,18 +187,45 @@ def gateway_tls(seaweed: SeaweedServer, tls_files: TLSFiles,
 
 
 @pytest.fixture(params=["http", "https"])
-def s3(request: pytest.FixtureRequest) -> Any:
-    """A boto3 client against the gateway, over HTTP and over HTTPS."""
+def s3(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A boto3 client against the gateway, over HTTP and over HTTPS.
+
+    Closed after the test: a live idle TLS connection would hold up the gateway's shutdown.
+    """
     gw = request.getfixturevalue("gateway" if request.param == "http" else "gateway_tls")
-    return gw.client()
+    client = gw.client()
+    yield client
+    client.close()
+
+
+def empty_bucket(gateway: GatewayProcess, seaweed: SeaweedServer, name: str) -> None:
+    """Abort the bucket's uploads, destage what the gateways buffered, delete every object."""
+    client = gateway.client()
+    for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
+        client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
+    remote = remote_client(seaweed)
+    for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
+        for item in page.get("Contents", []):
+            remote.delete_object(Bucket=name, Key=item["Key"])
+
+
+@pytest.fixture(scope="module")
+def module_bucket(gateway: GatewayProcess, seaweed: SeaweedServer) -> Iterator[str]:
+    """One bucket per test module: a SeaweedFS bucket costs a volume (~0.2 s, and a session has
+    only as many volumes as GiB of free disk)."""
+    name = f"b-{uuid.uuid4().hex[:16]}"
+    gateway.client().create_bucket(Bucket=name)
+    yield name
+    empty_bucket(gateway, seaweed, name)
+    with contextlib.suppress(ClientError):
+        remote_client(seaweed).delete_bucket(Bucket=name)
 
 
 @pytest.fixture
-def bucket(gateway: GatewayProcess) -> str:
-    """A fresh bucket created through the gateway."""
-    name = f"b-{uuid.uuid4().hex[:16]}"
-    gateway.client().create_bucket(Bucket=name)
-    return name
+def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: SeaweedServer) -> Iterator[str]:
+    """The module's bucket, emptied after each test."""
+    yield module_bucket
+    empty_bucket(gateway, seaweed, module_bucket)
 
 
 # ------------------------------------------------------------------ write-back fault tests (fleet)

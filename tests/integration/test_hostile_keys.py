@@ -17,13 +17,10 @@ of it (see ``app/domain/names.py``):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 import socket
-import uuid
-from collections.abc import Iterator
 from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
@@ -102,47 +99,6 @@ BAD_STATUS = {"InvalidArgument": 400, "KeyTooLongError": 400}
 
 def body_for(key: str) -> bytes:
     return b"" if key.endswith("/") else key.encode("utf-8") + b"|body"
-
-
-# ------------------------------------------------------------------------------------ shared bucket
-# A fresh SeaweedFS bucket costs a volume (~0.2 s, and a session has only as many volumes as GiB
-# of free disk): the module shares one bucket, emptied after every test.
-
-
-@pytest.fixture(scope="module")
-def module_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    name = f"hk-{uuid.uuid4().hex[:16]}"
-    gateway.client().create_bucket(Bucket=name)
-    yield name
-    empty_bucket(gateway, seaweed, name)
-    with contextlib.suppress(ClientError):
-        remote_client(seaweed).delete_bucket(Bucket=name)
-
-
-@pytest.fixture
-def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    """The module's bucket, empty at the start of each test (overrides conftest's ``bucket``)."""
-    yield module_bucket
-    empty_bucket(gateway, seaweed, module_bucket)
-
-
-@pytest.fixture(autouse=True)
-def _close_client(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Close the test's boto3 client: a live idle TLS connection holds the gateway's shutdown."""
-    yield
-    client = request.node.funcargs.get("s3") if hasattr(request.node, "funcargs") else None
-    if client is not None:
-        client.close()
-
-
-def empty_bucket(gateway: GatewayProcess, seaweed: Any, name: str) -> None:
-    client = gateway.client()
-    for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
-        client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    remote = remote_client(seaweed)
-    for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
-        for item in page.get("Contents", []):
-            remote.delete_object(Bucket=name, Key=item["Key"])
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ signed aws-chunked bodies, UNSIGNED-PAYLOAD, content hashes and virtual-hosted-s
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import re
@@ -28,7 +27,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from app.s3.chunked import STREAMING_SIGNED, ChunkSigningContext
-from tests.support.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess, remote_client
+from tests.support.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
 from tests.unit.test_chunked import encode, signing_key
 
 DOMAIN = "s3.ferry.test"
@@ -91,47 +90,6 @@ def signed_request(gw: GatewayProcess, method: str, target: str, body: bytes = b
                    headers: dict[str, str] | None = None, **kwargs: Any) -> tuple[int, Message, bytes]:
     headers = {"Content-Length": str(len(body)), **(headers or {})}
     return send(gw, method, target, signed_headers(gw, method, target, headers, body, **kwargs), body)
-
-
-# ------------------------------------------------------------------------------------ shared bucket
-# A fresh SeaweedFS bucket costs a volume (~0.2 s, and a session has only as many volumes as GiB
-# of free disk): the module shares one bucket, emptied after every test.
-
-
-@pytest.fixture(scope="module")
-def module_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    name = f"au-{uuid.uuid4().hex[:16]}"
-    gateway.client().create_bucket(Bucket=name)
-    yield name
-    empty_bucket(gateway, seaweed, name)
-    with contextlib.suppress(ClientError):
-        remote_client(seaweed).delete_bucket(Bucket=name)
-
-
-@pytest.fixture
-def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    """The module's bucket, empty at the start of each test (overrides conftest's ``bucket``)."""
-    yield module_bucket
-    empty_bucket(gateway, seaweed, module_bucket)
-
-
-@pytest.fixture(autouse=True)
-def _close_client(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Close the test's boto3 client: a live idle TLS connection holds the gateway's shutdown."""
-    yield
-    client = request.node.funcargs.get("s3") if hasattr(request.node, "funcargs") else None
-    if client is not None:
-        client.close()
-
-
-def empty_bucket(gateway: GatewayProcess, seaweed: Any, name: str) -> None:
-    client = gateway.client()
-    for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
-        client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    remote = remote_client(seaweed)
-    for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
-        for item in page.get("Contents", []):
-            remote.delete_object(Bucket=name, Key=item["Key"])
 
 
 # ------------------------------------------------------------------------------------ credentials

@@ -6,17 +6,16 @@ characters that need URL encoding; every pagination must reproduce exactly the s
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support.gateway import GatewayProcess, remote_client
+from tests.support.gateway import GatewayProcess
 
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
@@ -84,47 +83,6 @@ def page_all_v2(s3: Any, bucket: str, max_keys: int, **kwargs: Any) -> tuple[lis
             return keys, prefixes, pages
         token = page["NextContinuationToken"]
         assert pages < 100
-
-
-# ------------------------------------------------------------------------------------ shared bucket
-# A fresh SeaweedFS bucket costs a volume (~0.2 s, and a session has only as many volumes as GiB
-# of free disk): the module shares one bucket, emptied after every test.
-
-
-@pytest.fixture(scope="module")
-def module_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    name = f"bl-{uuid.uuid4().hex[:16]}"
-    gateway.client().create_bucket(Bucket=name)
-    yield name
-    empty_bucket(gateway, seaweed, name)
-    with contextlib.suppress(ClientError):
-        remote_client(seaweed).delete_bucket(Bucket=name)
-
-
-@pytest.fixture
-def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    """The module's bucket, empty at the start of each test (overrides conftest's ``bucket``)."""
-    yield module_bucket
-    empty_bucket(gateway, seaweed, module_bucket)
-
-
-@pytest.fixture(autouse=True)
-def _close_client(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Close the test's boto3 client: a live idle TLS connection holds the gateway's shutdown."""
-    yield
-    client = request.node.funcargs.get("s3") if hasattr(request.node, "funcargs") else None
-    if client is not None:
-        client.close()
-
-
-def empty_bucket(gateway: GatewayProcess, seaweed: Any, name: str) -> None:
-    client = gateway.client()
-    for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
-        client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    remote = remote_client(seaweed)
-    for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
-        for item in page.get("Contents", []):
-            remote.delete_object(Bucket=name, Key=item["Key"])
 
 
 # ------------------------------------------------------------------------------------ buckets

@@ -4,18 +4,16 @@ the same boundaries, so the object's ETag is the client's md5-of-md5s-N locally 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import os
-import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support.gateway import GatewayProcess, remote_client
+from tests.support.gateway import remote_client
 
 MiB = 1024 * 1024
 PART = 5 * MiB
@@ -30,47 +28,6 @@ def s3_error(call: Callable[..., Any], **kwargs: Any) -> tuple[int, dict[str, An
 def multipart_etag(parts: list[bytes]) -> str:
     digest = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest()
     return f'"{digest}-{len(parts)}"'
-
-
-# ------------------------------------------------------------------------------------ shared bucket
-# A fresh SeaweedFS bucket costs a volume (~0.2 s, and a session has only as many volumes as GiB
-# of free disk): the module shares one bucket, emptied after every test.
-
-
-@pytest.fixture(scope="module")
-def module_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    name = f"mp-{uuid.uuid4().hex[:16]}"
-    gateway.client().create_bucket(Bucket=name)
-    yield name
-    empty_bucket(gateway, seaweed, name)
-    with contextlib.suppress(ClientError):
-        remote_client(seaweed).delete_bucket(Bucket=name)
-
-
-@pytest.fixture
-def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    """The module's bucket, empty at the start of each test (overrides conftest's ``bucket``)."""
-    yield module_bucket
-    empty_bucket(gateway, seaweed, module_bucket)
-
-
-@pytest.fixture(autouse=True)
-def _close_client(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Close the test's boto3 client: a live idle TLS connection holds the gateway's shutdown."""
-    yield
-    client = request.node.funcargs.get("s3") if hasattr(request.node, "funcargs") else None
-    if client is not None:
-        client.close()
-
-
-def empty_bucket(gateway: GatewayProcess, seaweed: Any, name: str) -> None:
-    client = gateway.client()
-    for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
-        client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    remote = remote_client(seaweed)
-    for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
-        for item in page.get("Contents", []):
-            remote.delete_object(Bucket=name, Key=item["Key"])
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,12 @@ and directly on the remote (``remote_client(seaweed)``).
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import re
 import socket
 import ssl
-import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.message import Message
 from http.client import HTTPConnection, HTTPSConnection
@@ -119,47 +117,6 @@ def obj(s3: Any, bucket: str) -> tuple[Any, str, str, str]:
     """(client, bucket, key, quoted etag) of a 20-byte object."""
     etag = s3.put_object(Bucket=bucket, Key="obj.txt", Body=BODY)["ETag"]
     return s3, bucket, "obj.txt", etag
-
-
-# ------------------------------------------------------------------------------------ shared bucket
-# A fresh SeaweedFS bucket costs a volume (~0.2 s, and a session has only as many volumes as GiB
-# of free disk): the module shares one bucket, emptied after every test.
-
-
-@pytest.fixture(scope="module")
-def module_bucket(gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    name = f"o-{uuid.uuid4().hex[:16]}"
-    gateway.client().create_bucket(Bucket=name)
-    yield name
-    empty_bucket(gateway, seaweed, name)
-    with contextlib.suppress(ClientError):
-        remote_client(seaweed).delete_bucket(Bucket=name)
-
-
-@pytest.fixture
-def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: Any) -> Iterator[str]:
-    """The module's bucket, empty at the start of each test (overrides conftest's ``bucket``)."""
-    yield module_bucket
-    empty_bucket(gateway, seaweed, module_bucket)
-
-
-@pytest.fixture(autouse=True)
-def _close_client(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Close the test's boto3 client: a live idle TLS connection holds the gateway's shutdown."""
-    yield
-    client = request.node.funcargs.get("s3") if hasattr(request.node, "funcargs") else None
-    if client is not None:
-        client.close()
-
-
-def empty_bucket(gateway: GatewayProcess, seaweed: Any, name: str) -> None:
-    client = gateway.client()
-    for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
-        client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    remote = remote_client(seaweed)
-    for page in remote.get_paginator("list_objects_v2").paginate(Bucket=name):
-        for item in page.get("Contents", []):
-            remote.delete_object(Bucket=name, Key=item["Key"])
 
 
 # ------------------------------------------------------------------------------------ basics
