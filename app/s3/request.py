@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,8 +116,6 @@ class RequestBody:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[bytes]:
-        import hashlib
-
         received = 0
         hasher = hashlib.sha256() if self.payload_sha256 else None
         while True:

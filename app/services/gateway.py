@@ -57,6 +57,17 @@ class BodyStream(Protocol):
     def trailers(self) -> dict[str, str]: ...
 
 
+class StreamBody:
+    """An object being read (a copy source) used as the body of a write; it has no trailers."""
+
+    def __init__(self, stream: AsyncIterator[bytes]) -> None:
+        self.stream = stream
+        self.trailers: dict[str, str] = {}
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.stream
+
+
 @dataclass
 class ExpectedDigests:
     """What the client claimed about the body, checked before the body is accepted."""
@@ -365,9 +376,9 @@ class Gateway:
             if expected.declared_size is not None and staging.size != expected.declared_size:
                 raise S3Error("IncompleteBody")
             checksums = expected.with_trailers(body.trailers)
-            for alg in checksums:
-                if alg not in digests.checksums():
-                    raise S3Error("InvalidRequest", f"Checksum algorithm {alg} was not computed")
+            missing = set(checksums) - set(digests.algorithms)
+            if missing:
+                raise S3Error("InvalidRequest", f"Checksum algorithm {sorted(missing)[0]} was not computed")
             verify_expected(digests, expected.content_md5, checksums)
         except BaseException:
             if pending is not None:
@@ -463,14 +474,7 @@ class Gateway:
         await self._reserve(source.size)
         try:
             read = await self.get_object(src_bucket, src_key, None, lambda size: None)
-
-            class _Body:
-                trailers: dict[str, str] = {}
-
-                def __aiter__(self) -> AsyncIterator[bytes]:
-                    return read.stream
-
-            received = await self.receive(_Body(), ExpectedDigests(declared_size=source.size), MAX_PUT_SIZE)
+            received = await self.receive(StreamBody(read.stream), ExpectedDigests(declared_size=source.size), MAX_PUT_SIZE)
         finally:
             self._reserved -= source.size
         if "-" not in source.etag and received.digests.md5_hex() != source.etag:
@@ -566,15 +570,8 @@ class Gateway:
         header = f"bytes={rng[0]}-{rng[1]}" if rng else None
         read = await self.get_object(src_bucket, src_key, header,
                                      lambda size: ByteRange(rng[0], rng[1], size) if rng else None)
-
-        class _Body:
-            trailers: dict[str, str] = {}
-
-            def __aiter__(self) -> AsyncIterator[bytes]:
-                return read.stream
-
         expected = ExpectedDigests(declared_size=(rng[1] - rng[0] + 1) if rng else source.size)
-        received = await self.receive(_Body(), expected, MAX_PUT_SIZE)
+        received = await self.receive(StreamBody(read.stream), expected, MAX_PUT_SIZE)
         result = await self._store_part(upload_id, number, received)
         return result.etag, datetime.now(UTC)
 

@@ -21,7 +21,7 @@ def upgrade() -> None:
     op.create_table('object_versions',
     sa.Column('seq', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('bucket', sa.String(length=63), nullable=False),
-    sa.Column('key', sa.Text(), nullable=False),
+    sa.Column('key', sa.Text().with_variant(sa.Text(collation='C'), 'postgresql'), nullable=False),
     sa.Column('op', sa.String(length=8), nullable=False),
     sa.Column('state', sa.String(length=16), nullable=False),
     sa.Column('generation', sa.Integer(), nullable=False),

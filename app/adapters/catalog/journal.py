@@ -153,20 +153,11 @@ class Journal:
             .order_by(ObjectVersion.key)
         )
         if prefix:
-            stmt = stmt.where(ObjectVersion.key >= prefix)
+            stmt = stmt.where(ObjectVersion.key >= prefix, ObjectVersion.key < prefix + "\U0010ffff")
         if after:
             stmt = stmt.where(ObjectVersion.key > after)
-        out: list[VersionRow] = []
         with self.sessions() as s:
-            for r in s.scalars(stmt.limit(limit * 4 + 100)):
-                if not r.key.startswith(prefix):
-                    if r.key > prefix and not r.key.startswith(prefix):
-                        break
-                    continue
-                out.append(_row(r))
-                if len(out) >= limit:
-                    break
-        return out
+            return [_row(r) for r in s.scalars(stmt.limit(limit)) if r.key.startswith(prefix)][:limit]
 
     def versions(self, bucket: str, prefix: str = "", limit: int = 1000) -> list[VersionRow]:
         """All journal rows under a prefix, newest first (durability report)."""

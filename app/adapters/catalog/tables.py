@@ -98,7 +98,8 @@ class ObjectVersion(Base):
     seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
                                      autoincrement=True)
     bucket: Mapped[str] = mapped_column(String(63))
-    key: Mapped[str] = mapped_column(Text)
+    # Keys sort by code point, as S3 lists them (PostgreSQL's default collation would not).
+    key: Mapped[str] = mapped_column(Text().with_variant(Text(collation="C"), "postgresql"))
     op: Mapped[str] = mapped_column(String(8))  # put | delete
     state: Mapped[str] = mapped_column(String(16))
     generation: Mapped[int] = mapped_column(Integer, default=0)
