@@ -18,6 +18,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -41,6 +42,7 @@ class Tenant(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    cache_quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class AccessKey(Base):
@@ -121,3 +123,125 @@ class ObjectVersion(Base):
     remote_etag: Mapped[str | None] = mapped_column(String(128), nullable=True)
     remote_version_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
     durable_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Policy(Base):
+    """Per bucket or prefix behaviour; the longest matching prefix wins, unset fields inherit.
+
+    ``bucket = "*"`` with prefix ``""`` is the node-wide default an operator can override.
+    """
+
+    __tablename__ = "policies"
+    __table_args__ = (UniqueConstraint("bucket", "prefix", name="uq_policies_bucket_prefix"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    bucket: Mapped[str] = mapped_column(String(63))
+    prefix: Mapped[str] = mapped_column(Text().with_variant(Text(collation="C"), "postgresql"), default="")
+    mode: Mapped[str | None] = mapped_column(String(16), nullable=True)  # write-back|write-through|read-only|bypass
+    revalidate: Mapped[str | None] = mapped_column(String(16), nullable=True)  # immutable|ttl|always
+    ttl_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    serve_stale: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    pinned: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    admission: Mapped[str | None] = mapped_column(String(16), nullable=True)  # always|second-hit
+    quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class CacheEntry(Base):
+    """One cached remote object version on one node: its metadata and how many bytes are local.
+
+    Block files are named by a hash of (bucket, key, etag, block index), so a row is the whole
+    index of an entry: no directory walk at start-up, and a changed object never reuses blocks.
+    ``state``: ``ready`` (serve), ``seen`` (second-hit admission: one miss recorded, nothing
+    cached), ``invalid`` (a write replaced it; the owning node deletes its blocks).
+    """
+
+    __tablename__ = "cache_entries"
+    __table_args__ = (
+        UniqueConstraint("node_id", "bucket", "key", name="uq_cache_entries_node_bucket_key"),
+        Index("ix_cache_entries_node_access", "node_id", "last_access"),
+        Index("ix_cache_entries_bucket_key", "bucket", "key"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    bucket: Mapped[str] = mapped_column(String(63))
+    key: Mapped[str] = mapped_column(Text().with_variant(Text(collation="C"), "postgresql"))
+    etag: Mapped[str] = mapped_column(String(128))
+    version_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    block_size: Mapped[int] = mapped_column(BigInteger)
+    meta_json: Mapped[str] = mapped_column(Text, default="{}")
+    tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    state: Mapped[str] = mapped_column(String(8), default="ready")
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+    cached_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    validated_at: Mapped[float] = mapped_column(Float, default=0.0)
+    last_access: Mapped[float] = mapped_column(Float, default=0.0)
+    hits: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class StagingJob(Base):
+    """A warm-up of a prefix ahead of a job, with progress an operator can watch or cancel."""
+
+    __tablename__ = "staging_jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    bucket: Mapped[str] = mapped_column(String(63))
+    prefix: Mapped[str] = mapped_column(Text, default="")
+    node_id: Mapped[str] = mapped_column(String(64))
+    tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    state: Mapped[str] = mapped_column(String(16), default="queued")  # queued|running|done|failed|cancelled
+    objects_total: Mapped[int] = mapped_column(BigInteger, default=0)
+    objects_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    objects_skipped: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_total: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    listing_done: Mapped[bool] = mapped_column(Boolean, default=False)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class AdminToken(Base):
+    """A scoped bearer token for the admin API; only its SHA-256 is stored."""
+
+    __tablename__ = "admin_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[str] = mapped_column(String(512), default="")  # space-separated, e.g. "read write"
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Remote(Base):
+    """A remote S3 endpoint an operator registered (the settings' remote is the default one)."""
+
+    __tablename__ = "remotes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    endpoint: Mapped[str] = mapped_column(String(1024))
+    region: Mapped[str] = mapped_column(String(64), default="us-east-1")
+    access_key: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    secret_key: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    addressing_style: Mapped[str] = mapped_column(String(16), default="path")
+    verify_tls: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class BucketMapping(Base):
+    """A gateway bucket served from a registered remote's bucket (else the default remote)."""
+
+    __tablename__ = "bucket_mappings"
+
+    bucket: Mapped[str] = mapped_column(String(63), primary_key=True)
+    remote_id: Mapped[int] = mapped_column(ForeignKey("remotes.id", ondelete="CASCADE"), index=True)
+    remote_bucket: Mapped[str] = mapped_column(String(63))
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)

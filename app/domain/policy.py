@@ -1,0 +1,103 @@
+"""Policies: what the gateway does for a bucket or prefix (write mode, revalidation, caching).
+
+Rules are matched by bucket (``*`` for every bucket) and key prefix; the longest matching prefix
+wins field by field, so a rule sets only what it changes and inherits the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from app.domain.errors import S3Error
+
+MODES = ("write-back", "write-through", "read-only", "bypass")
+REVALIDATIONS = ("immutable", "ttl", "always")
+ADMISSIONS = ("always", "second-hit")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The effective policy of one key."""
+
+    mode: str = "write-back"
+    revalidate: str = "ttl"
+    ttl_seconds: float = 300.0
+    serve_stale: bool = False
+    pinned: bool = False
+    admission: str = "always"
+    quota_bytes: int | None = None
+
+    @property
+    def caches(self) -> bool:
+        return self.mode != "bypass"
+
+    @property
+    def accepts_writes(self) -> bool:
+        return self.mode != "read-only"
+
+    def is_fresh(self, validated_at: float, now: float) -> bool:
+        """Whether an entry validated at ``validated_at`` may be served without asking the remote."""
+        if self.revalidate == "immutable":
+            return True
+        if self.revalidate == "always":
+            return False
+        return now - validated_at < self.ttl_seconds
+
+    def refuse_write(self, bucket: str) -> None:
+        if not self.accepts_writes:
+            raise S3Error("AccessDenied", f"Bucket {bucket} is read-only through this gateway.")
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    """One stored rule; ``None`` fields inherit from shorter prefixes and the defaults."""
+
+    bucket: str
+    prefix: str = ""
+    mode: str | None = None
+    revalidate: str | None = None
+    ttl_seconds: float | None = None
+    serve_stale: bool | None = None
+    pinned: bool | None = None
+    admission: str | None = None
+    quota_bytes: int | None = None
+    id: int | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        names = {f.name for f in fields(Policy)}
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+def validate_rule(rule: PolicyRule) -> None:
+    """Reject values no code path understands, with a message naming the field."""
+    if not rule.bucket:
+        raise ValueError("bucket must not be empty (use '*' for every bucket)")
+    if rule.mode is not None and rule.mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    if rule.revalidate is not None and rule.revalidate not in REVALIDATIONS:
+        raise ValueError(f"revalidate must be one of {', '.join(REVALIDATIONS)}")
+    if rule.admission is not None and rule.admission not in ADMISSIONS:
+        raise ValueError(f"admission must be one of {', '.join(ADMISSIONS)}")
+    if rule.ttl_seconds is not None and rule.ttl_seconds < 0:
+        raise ValueError("ttl_seconds must be >= 0")
+    if rule.quota_bytes is not None and rule.quota_bytes < 0:
+        raise ValueError("quota_bytes must be >= 0")
+
+
+def resolve(defaults: Policy, rules: list[PolicyRule], bucket: str, key: str) -> Policy:
+    """The effective policy of ``bucket/key``: defaults, then ``*`` rules, then the bucket's,
+    each group from the shortest matching prefix to the longest."""
+    matching = [r for r in rules if r.bucket in ("*", bucket) and key.startswith(r.prefix)]
+    if not matching:
+        return defaults
+    matching.sort(key=lambda r: (r.bucket != "*", len(r.prefix)))
+    merged: dict[str, Any] = {}
+    for rule in matching:
+        merged.update(rule.overrides())
+    return replace(defaults, **merged)
+
+
+def pinned_prefixes(rules: list[PolicyRule]) -> list[tuple[str, str]]:
+    """(bucket, prefix) pairs whose objects must never be evicted."""
+    return [(r.bucket, r.prefix) for r in rules if r.pinned]
