@@ -9,17 +9,26 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from app.adapters.blobstore import BlobStore
+from app.adapters.cachestore import CacheStore
+from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
+from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.repo import Catalog
+from app.adapters.catalog.staging import StagingRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
 from app.config import Settings
+from app.domain.policy import Policy, PolicyRule
 from app.services.destage import Destager
 from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
+from app.services.policies import PolicyBook
+from app.services.readcache import ReadCache
+from app.services.staging import StagingRunner
 
 log = logging.getLogger("ferry")
 
@@ -36,6 +45,10 @@ class Container:
     destager: Destager
     executor: EmbeddedExecutor | CeleryExecutor
     gateway: Gateway
+    policy_repo: PolicyRepo
+    policies: PolicyBook
+    cache: ReadCache | None = None
+    staging: StagingRunner | None = None  # the admin API's warm-up jobs
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
@@ -84,6 +97,32 @@ def make_executor(settings: Settings, journal: Journal, destager: Destager) -> E
                             sweep_interval=settings.sweep_interval)
 
 
+def default_policy(settings: Settings) -> Policy:
+    return Policy(mode=settings.default_mode, revalidate=settings.cache_revalidate,
+                  ttl_seconds=settings.cache_ttl_seconds, serve_stale=settings.cache_serve_stale,
+                  admission=settings.cache_admission)
+
+
+def seed_policies(repo: PolicyRepo, settings: Settings) -> None:
+    """Rules from the configuration (FERRY_POLICIES) are written to the catalog at start, where
+    the admin API can change them; the catalog is what every process reads."""
+    for raw in settings.policies:
+        try:
+            repo.upsert(PolicyRule(**raw))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"FERRY_POLICIES: invalid rule {raw!r}: {exc}") from exc
+        except IntegrityError:
+            pass  # another worker seeded it at the same moment
+
+
+def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies: PolicyBook,
+               journal: Journal) -> ReadCache:
+    return ReadCache(CacheIndex(engine, settings.node_id), CacheStore(settings.data_dir), remote, policies,
+                     block_size=settings.cache_block_bytes, fetch_concurrency=settings.cache_fetch_concurrency,
+                     budget_bytes=settings.cache_bytes, dirty_bytes=journal.dirty_bytes,
+                     revalidate_interval=settings.cache_revalidate_interval)
+
+
 def build(settings: Settings) -> Container:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
@@ -93,8 +132,15 @@ def build(settings: Settings) -> Container:
     journal = Journal(engine, settings.node_id)
     destager = make_destager(settings, journal, blobs, remote)
     executor = make_executor(settings, journal, destager)
+    policy_repo = PolicyRepo(engine)
+    seed_policies(policy_repo, settings)
+    policies = PolicyBook(policy_repo, default_policy(settings), refresh_seconds=settings.policy_refresh_seconds)
+    cache = make_cache(settings, engine, remote, policies, journal)
     gateway = Gateway(catalog, blobs, remote, region=settings.region,
                       part_concurrency=settings.multipart_concurrency, journal=journal, executor=executor,
-                      mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager)
+                      mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
+                      cache=cache, policies=policies)
     ensure_bootstrap_key(catalog, settings)
-    return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway)
+    staging = StagingRunner(StagingRepo(engine), remote, gateway, settings.node_id)
+    return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
+                     policy_repo=policy_repo, policies=policies, staging=staging, cache=cache)

@@ -1,4 +1,4 @@
-"""``ferry`` command line: serve, db upgrade, version."""
+"""``ferry`` command line: serve, db upgrade, version; admin commands from app/cli_admin.py."""
 
 from __future__ import annotations
 
@@ -80,6 +80,7 @@ def serve(
     if config is not None:
         os.environ["FERRY_CONFIG"] = str(config)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _prepare_metrics_dir(settings.data_dir)
     if migrate:
         from app.adapters.catalog.migrate import upgrade
 
@@ -100,7 +101,7 @@ def serve(
         engine.dispose()
     if dropped:
         typer.echo(f"ferry: removed {dropped} incomplete upload(s) left by an earlier run", err=True)
-    from app.logs import configure_logging
+    from app.logs import configure_logging, uvicorn_log_config
 
     configure_logging(settings.log_level, settings.log_json)
     typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
@@ -114,6 +115,7 @@ def serve(
         ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
         ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
         log_level=settings.log_level,
+        log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
         access_log=False,
         timeout_keep_alive=75,
         # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
@@ -123,38 +125,19 @@ def serve(
     )
 
 
-@cli.command()
-def flush(
-    target: Annotated[str | None, typer.Argument(help="s3://bucket/prefix to flush (default: everything)")] = None,
-    prefix: Annotated[str | None, typer.Option(help="s3://bucket/prefix or bucket/prefix")] = None,
-    wait: Annotated[bool, typer.Option(help="Wait until the remote holds it all.")] = True,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait at most.")] = 3600.0,
-    endpoint: Annotated[str, typer.Option(envvar="FERRY_ENDPOINT", help="Gateway URL.")] = "http://127.0.0.1:9000",
-    token: Annotated[str | None, typer.Option(envvar="FERRY_ADMIN_TOKEN", help="Admin bearer token.")] = None,
-) -> None:
-    """Destage everything written under a prefix now; with --wait, return when the remote has it."""
-    import httpx
+def _prepare_metrics_dir(data_dir: Path) -> None:
+    """prometheus_client's multiprocess mode, whatever the number of workers: each worker writes
+    its samples to files here and /metrics adds them up. Set before any process imports
+    prometheus_client (workers inherit the environment); emptied at start so counters begin at
+    zero, as a single process's would. An operator's own PROMETHEUS_MULTIPROC_DIR is left alone."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    import shutil
 
-    spec = (target or prefix or "").removeprefix("s3://")
-    bucket, _, key_prefix = spec.partition("/")
-    params: dict[str, str] = {"prefix": key_prefix, "wait": str(wait).lower(), "timeout": str(timeout)}
-    if bucket:
-        params["bucket"] = bucket
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        resp = httpx.post(f"{endpoint.rstrip('/')}/admin/flush", params=params, headers=headers,
-                          timeout=timeout + 30)
-    except httpx.HTTPError as exc:
-        typer.echo(f"ferry flush: cannot reach {endpoint}: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    if resp.status_code != 200:
-        typer.echo(f"ferry flush: {resp.status_code} {resp.text}", err=True)
-        raise typer.Exit(2)
-    body = resp.json()
-    typer.echo(f"durable={body['durable']} pending={body['pending']} failed={body['failed']} "
-               f"waited={body['waited_seconds']}s")
-    if wait and not body["durable"]:
-        raise typer.Exit(1)
+    path = data_dir / "metrics"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
 
 
 @cli.command()
@@ -168,6 +151,12 @@ def quickstart(
     from app.quickstart import run
 
     run(data_dir, port, remote_port)
+
+
+# Admin commands (tenants, keys, policies, stage, flush, evict, status): app/cli_admin.py
+from app.cli_admin import register as _register_admin  # noqa: E402
+
+_register_admin(cli)
 
 
 def main() -> None:

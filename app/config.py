@@ -56,13 +56,26 @@ class Settings(BaseSettings):
     access_key: str | None = None
     secret_key: str | None = None
     admin_token: str | None = None
+    # /readyz fails when the data dir's disk has less free space than either bound.
+    ready_min_free_bytes: int = Field(1024**3, ge=0)
+    ready_min_free_ratio: float = Field(0.05, ge=0, le=1)
 
     default_mode: WriteMode = "write-back"
     multipart_part_size: int = Field(16 * 1024 * 1024, ge=5 * 1024 * 1024)
     multipart_concurrency: int = Field(8, ge=1, le=64)
     multipart_threshold: int = Field(64 * 1024 * 1024, ge=5 * 1024 * 1024)
     write_buffer_bytes: int = Field(64 * 1024**3, ge=1)
-    cache_bytes: int = Field(256 * 1024**3, ge=0)
+    cache_bytes: int = Field(256 * 1024**3, ge=0, description="Budget of the data directory: cached + dirty bytes.")
+    cache_block_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=1024**3)
+    cache_fetch_concurrency: int = Field(16, ge=1, le=256)
+    cache_revalidate: Literal["immutable", "ttl", "always"] = "ttl"
+    cache_ttl_seconds: float = Field(300.0, ge=0)
+    cache_serve_stale: bool = False
+    cache_admission: Literal["always", "second-hit"] = "always"
+    cache_revalidate_interval: float = Field(60.0, ge=0, description="Bulk revalidation period; 0 = off.")
+    policies: list[dict[str, Any]] = Field(default_factory=list,
+                                           description="Policy rules seeded into the catalog at start.")
+    policy_refresh_seconds: float = Field(1.0, gt=0)
     fsync: bool = True
 
     node_id: str = Field(default_factory=lambda: __import__("socket").gethostname())

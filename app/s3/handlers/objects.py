@@ -60,7 +60,7 @@ async def head_object(req: S3Request, gw: Gateway) -> Response:
     if "partNumber" in req.query:
         raise S3Error("NotImplemented", "GET/HEAD by partNumber is not implemented by Ferry.")
     bucket, key = _target(req)
-    meta = await gw.head_object(bucket, key)
+    meta = await gw.head_object(bucket, key, req.tenant_id)
     _conditions(req, meta)
     headers = object_headers(meta)
     rng = parse_range(req.header("range"), meta.size)
@@ -79,7 +79,7 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
     bucket, key = _target(req)
     range_header = honoured_range_header(req.header("range"))
     ranger: Callable[[int], ByteRange | None] = lambda size: parse_range(range_header, size)  # noqa: E731
-    read = await gw.get_object(bucket, key, range_header, ranger)
+    read = await gw.get_object(bucket, key, range_header, ranger, req.tenant_id)
     try:
         _conditions(req, read.meta)
     except S3Error:

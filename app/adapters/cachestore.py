@@ -1,0 +1,149 @@
+"""Clean cached blocks on the data directory, and the locks that make their fetch single-flight.
+
+Layout under ``<data_dir>/cache``: ``blocks/ab/<sha256>`` for complete blocks, ``tmp/`` for
+blocks being filled, ``locks`` for POSIX byte-range locks. A block's file name is a hash of
+(bucket, key, ETag, block index): no request input becomes a path, a changed object never reuses
+an old block, and finding a block needs no catalog lookup. A block appears under ``blocks/``
+only by ``rename`` of a complete file, so a reader never sees a partial block.
+
+The lock of a block is one byte of ``locks`` at an offset derived from its name (``lockf``), so
+any number of blocks share one file; the kernel drops a dead process's locks, so a ``kill -9``
+mid-fetch never wedges the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_SPACE = 1 << 40
+
+
+def block_name(bucket: str, key: str, etag: str, index: int) -> str:
+    material = "\0".join((bucket, key, etag, str(index))).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(material).hexdigest()
+
+
+def meta_lock_name(bucket: str, key: str) -> str:
+    """The lock taken while discovering an object's current version (one discovery at a time)."""
+    return hashlib.sha256(("meta\0" + bucket + "\0" + key).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass
+class FillFile:
+    """A block being written into ``tmp/``; published by rename once complete."""
+
+    name: str
+    path: Path
+    fd: int
+    written: int = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+            self.written += n
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class CacheStore:
+    """The only code that touches cached files."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir.resolve() / "cache"
+        self.blocks = self.root / "blocks"
+        self.tmp = self.root / "tmp"
+        self.blocks.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        # One descriptor for the process's lifetime: closing any descriptor of a file drops all
+        # of the process's POSIX locks on it.
+        self._lock_fd = os.open(self.root / "locks", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def path(self, name: str) -> Path:
+        if len(name) != 64 or not all(c in "0123456789abcdef" for c in name):
+            raise ValueError("not a block name")
+        return self.blocks / name[:2] / name
+
+    def size_of(self, name: str) -> int | None:
+        """Size of a complete block, or None when it is not cached."""
+        try:
+            return os.stat(self.path(name)).st_size
+        except FileNotFoundError:
+            return None
+
+    def has(self, name: str, size: int) -> bool:
+        return self.size_of(name) == size
+
+    # ---- filling -----------------------------------------------------------------------------
+    def open_fill(self, name: str) -> FillFile:
+        path = self.tmp / f"{name}.{secrets.token_hex(4)}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        return FillFile(name, path, fd)
+
+    def publish(self, fill: FillFile) -> None:
+        """Make a complete block visible (atomic rename); readers holding the tmp file keep it."""
+        fill.close()
+        final = self.path(fill.name)
+        final.parent.mkdir(exist_ok=True)
+        os.rename(fill.path, final)
+
+    def discard(self, fill: FillFile) -> None:
+        fill.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(fill.path)
+
+    def delete(self, name: str) -> int:
+        """Drop a block; returns the bytes freed (0 if it was not there)."""
+        path = self.path(name)
+        try:
+            size = os.stat(path).st_size
+            os.unlink(path)
+        except FileNotFoundError:
+            return 0
+        return size
+
+    def clear_stale_tmp(self, older_than: float) -> int:
+        """Partial blocks left by a crash are garbage. Only ``tmp/`` is scanned (it holds only
+        fills in progress), never the blocks: start-up does not depend on the cache's size.
+        Files younger than ``older_than`` seconds may belong to a live worker and stay."""
+        removed = 0
+        cutoff = time.time() - older_than
+        with os.scandir(self.tmp) as it:
+            for item in it:
+                with contextlib.suppress(FileNotFoundError):
+                    if item.stat().st_mtime < cutoff:
+                        os.unlink(item.path)
+                        removed += 1
+        return removed
+
+    def wipe(self) -> None:
+        """Drop every cached block (clean data only lives here; the remote has it)."""
+        shutil.rmtree(self.blocks, ignore_errors=True)
+        self.blocks.mkdir(parents=True, exist_ok=True)
+
+    # ---- cross-process locks -----------------------------------------------------------------
+    @staticmethod
+    def _offset(name: str) -> int:
+        return int(name[:16], 16) % LOCK_SPACE
+
+    def try_lock(self, name: str) -> bool:
+        try:
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, self._offset(name))
+        except (BlockingIOError, PermissionError):
+            return False
+        return True
+
+    def unlock(self, name: str) -> None:
+        fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, self._offset(name))

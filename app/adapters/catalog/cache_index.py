@@ -1,0 +1,257 @@
+"""The cache index: one ``cache_entries`` row per cached object version per node.
+
+Hot lookups use prebuilt Core statements (DESIGN.md: building ``select()`` per call costs 4x).
+Access times are written in batches by the caller, not once per hit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from app.adapters.catalog.tables import CacheEntry, Tenant
+from app.domain.objects import ObjectMeta
+
+SHARED_NODE = "*"  # tombstones of writes: visible to every node's discoveries
+T = CacheEntry.__table__
+
+
+@dataclass
+class Entry:
+    """A cached object version: its remote metadata and where its blocks are."""
+
+    id: int
+    bucket: str
+    key: str
+    etag: str
+    size: int
+    block_size: int
+    meta: ObjectMeta
+    tenant_id: int | None
+    state: str
+    cached_bytes: int
+    validated_at: float
+    last_access: float
+
+    @property
+    def blocks(self) -> int:
+        return max(1, -(-self.size // self.block_size)) if self.size else 1
+
+    def block_length(self, index: int) -> int:
+        return max(0, min(self.block_size, self.size - index * self.block_size))
+
+
+def meta_to_json(meta: ObjectMeta) -> str:
+    return json.dumps({
+        "content_headers": meta.content_headers, "metadata": meta.metadata, "checksums": meta.checksums,
+        "last_modified": meta.last_modified.isoformat(), "version_id": meta.version_id,
+        "storage_class": meta.storage_class, "parts_count": meta.parts_count,
+    })
+
+
+def meta_from_json(key: str, size: int, etag: str, text: str) -> ObjectMeta:
+    data = json.loads(text or "{}")
+    return ObjectMeta(key=key, size=size, etag=etag,
+                      last_modified=datetime.fromisoformat(data.get("last_modified", "1970-01-01T00:00:00+00:00")),
+                      content_headers=data.get("content_headers", {}), metadata=data.get("metadata", {}),
+                      checksums=data.get("checksums", {}), version_id=data.get("version_id"),
+                      storage_class=data.get("storage_class", "STANDARD"), parts_count=data.get("parts_count"))
+
+
+def _entry(row: Any) -> Entry:
+    return Entry(row.id, row.bucket, row.key, row.etag, row.size, row.block_size,
+                 meta_from_json(row.key, row.size, row.etag, row.meta_json), row.tenant_id, row.state,
+                 row.cached_bytes, row.validated_at, row.last_access)
+
+
+_COLUMNS = (T.c.id, T.c.bucket, T.c.key, T.c.etag, T.c.size, T.c.block_size, T.c.meta_json, T.c.tenant_id,
+            T.c.state, T.c.cached_bytes, T.c.validated_at, T.c.last_access)
+
+
+class CacheIndex:
+    def __init__(self, engine: Engine, node_id: str) -> None:
+        self.engine = engine
+        self.node_id = node_id
+        self._get = select(*_COLUMNS).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
+                                            T.c.key == bindparam("k"))
+        self._touch = (update(T).where(T.c.id == bindparam("eid"))
+                       .values(last_access=bindparam("at"), hits=T.c.hits + bindparam("n")))
+
+    def get(self, bucket: str, key: str) -> Entry | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(self._get, {"n": self.node_id, "b": bucket, "k": key}).first()
+        return _entry(row) if row is not None else None
+
+    def written_since(self, bucket: str, key: str, since: float) -> bool:
+        """Whether a write through any gateway replaced this key after ``since`` (a discovery that
+        started before it must not cache what it read)."""
+        q = select(func.count()).select_from(T).where(
+            T.c.bucket == bucket, T.c.key == key, T.c.state == "invalid", T.c.validated_at >= since)
+        with self.engine.connect() as conn:
+            return bool(conn.execute(q).scalar())
+
+    def put_ready(self, meta: ObjectMeta, bucket: str, block_size: int, tenant_id: int | None,
+                  pinned: bool, started: float, cached_bytes: int = 0) -> Entry | None:
+        """Record a discovered version (replacing this node's previous row for the key); None
+        when a write replaced the key since ``started`` (then nothing is cached)."""
+        now = time.time()
+        values = {"node_id": self.node_id, "bucket": bucket, "key": meta.key, "etag": meta.etag,
+                  "version_id": meta.version_id, "size": meta.size, "block_size": block_size,
+                  "meta_json": meta_to_json(meta), "tenant_id": tenant_id, "state": "ready", "pinned": pinned,
+                  "cached_bytes": 0, "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
+        values["cached_bytes"] = cached_bytes
+        written = select(func.count()).select_from(T).where(
+            T.c.bucket == bucket, T.c.key == meta.key, T.c.state == "invalid", T.c.validated_at >= started)
+        for _ in range(3):
+            with self.engine.begin() as conn:
+                if conn.execute(written).scalar():
+                    return None
+                conn.execute(delete(T).where(T.c.node_id == self.node_id, T.c.bucket == bucket,
+                                             T.c.key == meta.key))
+                try:
+                    conn.execute(insert(T).values(**values))
+                except IntegrityError:
+                    continue  # another process inserted between delete and insert: retry
+            return self.get(bucket, meta.key)
+        return self.get(bucket, meta.key)
+
+    def mark_seen(self, bucket: str, key: str, tenant_id: int | None) -> bool:
+        """Second-hit admission: True if this key was already seen once (admit it now)."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            row = conn.execute(self._get, {"n": self.node_id, "b": bucket, "k": key}).first()
+            if row is not None:
+                return row.state == "seen"
+            try:
+                conn.execute(insert(T).values(
+                    node_id=self.node_id, bucket=bucket, key=key, etag="", size=0, block_size=1, meta_json="{}",
+                    tenant_id=tenant_id, state="seen", pinned=False, cached_bytes=0, created_at=now,
+                    validated_at=now, last_access=now, hits=0))
+            except IntegrityError:
+                return True
+        return False
+
+    def add_bytes(self, entry_id: int, nbytes: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(T).where(T.c.id == entry_id).values(cached_bytes=T.c.cached_bytes + nbytes))
+
+    def validated(self, entry_ids: Iterable[int], at: float | None = None) -> None:
+        ids = list(entry_ids)
+        if not ids:
+            return
+        with self.engine.begin() as conn:
+            for start in range(0, len(ids), 500):
+                conn.execute(update(T).where(T.c.id.in_(ids[start:start + 500])).values(validated_at=at or time.time()))
+
+    def touch(self, accesses: dict[int, tuple[float, int]]) -> None:
+        """Batched access times and hit counts: {entry id: (last access, hits since last flush)}."""
+        if not accesses:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(self._touch, [{"eid": i, "at": at, "n": n} for i, (at, n) in accesses.items()])
+
+    def invalidate(self, bucket: str, key: str) -> None:
+        """A write replaced ``bucket/key``: every node's entry turns invalid, and a shared
+        tombstone stops discoveries that started before the write from caching old bytes."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            conn.execute(update(T).where(T.c.bucket == bucket, T.c.key == key)
+                         .values(state="invalid", validated_at=now))
+            exists = conn.execute(select(T.c.id).where(T.c.node_id == SHARED_NODE, T.c.bucket == bucket,
+                                                       T.c.key == key)).first()
+            if exists is None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(insert(T).values(
+                            node_id=SHARED_NODE, bucket=bucket, key=key, etag="", size=0, block_size=1,
+                            meta_json="{}", tenant_id=None, state="invalid", pinned=False, cached_bytes=0,
+                            created_at=now, validated_at=now, last_access=now, hits=0))
+                except IntegrityError:
+                    pass
+
+    def remove(self, entry: Entry) -> bool:
+        """Delete this node's row of exactly this version; False if it changed meanwhile."""
+        with self.engine.begin() as conn:
+            return bool(conn.execute(delete(T).where(T.c.id == entry.id, T.c.etag == entry.etag)).rowcount)
+
+    def invalid_entries(self, limit: int = 500) -> list[Entry]:
+        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state == "invalid").limit(limit)
+        with self.engine.connect() as conn:
+            return [_entry(r) for r in conn.execute(q)]
+
+    def expire_tombstones(self, older_than: float, seen_older_than: float) -> int:
+        with self.engine.begin() as conn:
+            gone = conn.execute(delete(T).where(T.c.node_id == SHARED_NODE, T.c.validated_at < older_than)).rowcount
+            gone += conn.execute(delete(T).where(T.c.node_id == self.node_id, T.c.state == "seen",
+                                                 T.c.last_access < seen_older_than)).rowcount
+            return gone
+
+    def lru(self, limit: int, *, tenant_id: int | None = None, bucket: str | None = None,
+            after: tuple[float, int] | None = None) -> list[Entry]:
+        """Least recently used ready entries of this node (optionally one tenant's or bucket's)."""
+        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state == "ready", T.c.cached_bytes > 0)
+        if tenant_id is not None:
+            q = q.where(T.c.tenant_id == tenant_id)
+        if bucket is not None:
+            q = q.where(T.c.bucket == bucket)
+        if after is not None:
+            q = q.where(or_(T.c.last_access > after[0], and_(T.c.last_access == after[0], T.c.id > after[1])))
+        q = q.order_by(T.c.last_access, T.c.id).limit(limit)
+        with self.engine.connect() as conn:
+            return [_entry(r) for r in conn.execute(q)]
+
+    def under(self, bucket: str, prefix: str, after_key: str | None, limit: int) -> list[Entry]:
+        """This node's entries of a bucket under a prefix, in key order (revalidation, evict)."""
+        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.bucket == bucket, T.c.state == "ready")
+        if prefix:
+            q = q.where(T.c.key >= prefix, T.c.key < prefix + "\U0010ffff")
+        if after_key is not None:
+            q = q.where(T.c.key > after_key)
+        q = q.order_by(T.c.key).limit(limit)
+        with self.engine.connect() as conn:
+            return [_entry(r) for r in conn.execute(q) if r.key.startswith(prefix)]
+
+    def buckets(self) -> list[str]:
+        q = select(T.c.bucket).where(T.c.node_id == self.node_id, T.c.state == "ready").distinct()
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.execute(q)]
+
+    def total_bytes(self, *, tenant_id: int | None = None, bucket: str | None = None) -> int:
+        q = select(func.coalesce(func.sum(T.c.cached_bytes), 0)).where(T.c.node_id == self.node_id)
+        if tenant_id is not None:
+            q = q.where(T.c.tenant_id == tenant_id)
+        if bucket is not None:
+            q = q.where(T.c.bucket == bucket)
+        with self.engine.connect() as conn:
+            return int(conn.execute(q).scalar() or 0)
+
+    def tenant_quota(self, tenant_id: int) -> int | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(Tenant.cache_quota_bytes).where(Tenant.id == tenant_id)).scalar()
+
+    def usage(self) -> dict[str, Any]:
+        """Cached bytes and entries by node, bucket and tenant (every node's rows)."""
+        out: dict[str, Any] = {}
+        ready = T.c.state == "ready"
+        with self.engine.connect() as conn:
+            for name, column in (("node", T.c.node_id), ("bucket", T.c.bucket), ("tenant", T.c.tenant_id)):
+                rows = conn.execute(select(column, func.count(), func.coalesce(func.sum(T.c.cached_bytes), 0))
+                                    .where(ready).group_by(column))
+                out[name] = {str(k) if k is not None else "": {"entries": int(n), "bytes": int(b)} for k, n, b in rows}
+        return out
+
+    def all_ready(self) -> list[Entry]:
+        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state.in_(("ready", "invalid")))
+        with self.engine.connect() as conn:
+            return [_entry(r) for r in conn.execute(q)]
+
+    def delete_all(self) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(T).where(T.c.node_id == self.node_id))

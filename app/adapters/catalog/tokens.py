@@ -1,0 +1,85 @@
+"""Admin API bearer tokens: only a SHA-256 of each secret is stored, so a leaked catalog leaks none."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import sessionmaker
+
+from app.adapters.catalog.errors import Conflict, NotFound
+from app.adapters.catalog.tables import AdminToken
+
+TOKEN_PREFIX = "fat_"  # "ferry admin token": recognisable in logs and secret scanners
+TOUCH_EVERY_SECONDS = 60.0
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    id: int
+    name: str
+    scopes: list[str]
+    disabled: bool
+    created_at: float
+    last_used_at: float | None
+
+
+def _info(row: AdminToken) -> TokenInfo:
+    return TokenInfo(row.id, row.name, row.scopes.split(), row.disabled, row.created_at, row.last_used_at)
+
+
+class TokenRepo:
+    def __init__(self, engine: Engine) -> None:
+        self.sessions = sessionmaker(engine, expire_on_commit=False)
+
+    def create(self, name: str, scopes: list[str]) -> tuple[TokenInfo, str]:
+        """A new token; the secret is returned here and never again."""
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        try:
+            with self.sessions.begin() as s:
+                if s.scalar(select(AdminToken.id).where(AdminToken.name == name)) is not None:
+                    raise Conflict(f"a token named {name!r} exists")
+                row = AdminToken(name=name, token_sha256=token_hash(secret), scopes=" ".join(scopes),
+                                 disabled=False, created_at=time.time())
+                s.add(row)
+                s.flush()
+                return _info(row), secret
+        except IntegrityError as exc:  # created concurrently
+            raise Conflict(f"a token named {name!r} exists") from exc
+
+    def list(self) -> list[TokenInfo]:
+        with self.sessions() as s:
+            return [_info(r) for r in s.scalars(select(AdminToken).order_by(AdminToken.id))]
+
+    def set_disabled(self, token_id: int, disabled: bool) -> TokenInfo:
+        with self.sessions.begin() as s:
+            row = s.get(AdminToken, token_id)
+            if row is None:
+                raise NotFound(f"no token with id {token_id}")
+            row.disabled = disabled
+            return _info(row)
+
+    def verify(self, secret: str) -> TokenInfo | None:
+        """The enabled token with this secret, or None; notes when it was last used (coarsely)."""
+        digest = token_hash(secret)
+        with self.sessions() as s:
+            row = s.scalar(select(AdminToken).where(AdminToken.token_sha256 == digest, AdminToken.disabled.is_(False)))
+            if row is None:
+                return None
+            info = _info(row)
+        now = time.time()
+        if info.last_used_at is None or now - info.last_used_at > TOUCH_EVERY_SECONDS:
+            with self.sessions.begin() as s:
+                s.execute(update(AdminToken).where(
+                    AdminToken.id == info.id,
+                    or_(AdminToken.last_used_at.is_(None), AdminToken.last_used_at < now - TOUCH_EVERY_SECONDS))
+                    .values(last_used_at=now))
+        return info

@@ -1,0 +1,82 @@
+"""The read cache: usage, evicting a prefix and wiping. Only clean (cached) data is dropped:
+writes not yet on the remote live in the write journal and are never touched here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+from fastapi.encoders import jsonable_encoder
+
+from app.adapters.catalog.cache_usage import CacheUsage, CacheUsageQueries
+from app.admin.auth import Authenticator
+from app.admin.common import BucketName, Counted, Model, Out, Prefix, run
+from app.bootstrap import Container
+
+
+class UsageRowOut(Out):
+    name: str
+    entries: int
+    bytes: int
+    pinned_bytes: int
+
+
+class TenantUsageOut(Out):
+    tenant_id: int | None
+    tenant: str | None
+    entries: int
+    bytes: int
+    quota_bytes: int | None
+
+
+class UsageOut(Out):
+    entries: int
+    bytes: int
+    capacity_bytes: int
+    nodes: list[UsageRowOut]
+    buckets: list[UsageRowOut]
+    tenants: list[TenantUsageOut]
+    local: dict[str, Any] | None = None  # this node's cache engine's own figures, when it has any
+
+
+class EvictIn(Model):
+    bucket: BucketName
+    prefix: Prefix = ""
+
+
+def router(container: Container, auth: Authenticator) -> APIRouter:
+    queries = CacheUsageQueries(container.catalog.engine)
+    api = APIRouter(prefix="/admin/cache", tags=["cache"])
+
+    def engine() -> Any:
+        cache = getattr(container, "cache", None)
+        if cache is None:
+            raise HTTPException(503, "the read cache is not available in this build")
+        return cache
+
+    @api.get("/usage", response_model=UsageOut, dependencies=auth.read())
+    async def usage() -> UsageOut:
+        """Cached bytes per node, bucket and tenant (with each tenant's quota), from the catalog."""
+        u: CacheUsage = await run(queries.usage)
+        local = None
+        cache = getattr(container, "cache", None)
+        if cache is not None and hasattr(cache, "usage"):
+            local = jsonable_encoder(await run(cache.usage))
+        return UsageOut(entries=u.entries, bytes=u.bytes, capacity_bytes=container.settings.cache_bytes,
+                        nodes=[UsageRowOut.model_validate(r) for r in u.nodes],
+                        buckets=[UsageRowOut.model_validate(r) for r in u.buckets],
+                        tenants=[TenantUsageOut.model_validate(r) for r in u.tenants], local=local)
+
+    @api.post("/evict", response_model=Counted, dependencies=auth.write())
+    async def evict(body: EvictIn) -> Counted:
+        """Drop cached objects under bucket/prefix on this node (the next read fetches again)."""
+        entries, nbytes = await run(engine().evict_prefix, body.bucket, body.prefix)
+        return Counted(entries=entries, bytes=nbytes)
+
+    @api.post("/wipe", response_model=Counted, dependencies=auth.write())
+    async def wipe() -> Counted:
+        """Drop this node's whole read cache. Buffered writes are kept."""
+        entries, nbytes = await run(engine().wipe)
+        return Counted(entries=entries, bytes=nbytes)
+
+    return api

@@ -1,0 +1,141 @@
+"""Policy rules: per bucket (``*`` = every bucket) and key prefix; the longest prefix wins per field.
+
+A change is stored in the catalog and applies to running gateways without a restart: this
+process re-reads at once, every other process within about a second (``PolicyBook``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query, Response
+from pydantic import Field, StringConstraints
+
+from app.adapters.catalog.policies import PolicyRepo
+from app.admin.auth import Authenticator
+from app.admin.common import BUCKET_PATTERN, ByteCount, Model, Out, Prefix, run
+from app.bootstrap import Container
+from app.domain.policy import Policy, PolicyRule, resolve
+
+POLICY_BUCKET_PATTERN = r"^(\*|[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])$"
+PolicyBucket = Annotated[str, StringConstraints(pattern=POLICY_BUCKET_PATTERN)]
+Mode = Literal["write-back", "write-through", "read-only", "bypass"]
+Revalidate = Literal["immutable", "ttl", "always"]
+Admission = Literal["always", "second-hit"]
+Seconds = Annotated[float, Field(ge=0, le=10**9, allow_inf_nan=False)]
+PolicyIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
+BucketQuery = Annotated[str, Query(pattern=BUCKET_PATTERN)]
+KeyQuery = Annotated[str, Query(max_length=1024)]
+
+
+class PolicySettings(Model):
+    """Fields left out (or null) inherit from shorter prefixes, ``*`` rules and the node defaults."""
+
+    mode: Mode | None = None
+    revalidate: Revalidate | None = None
+    ttl_seconds: Seconds | None = None
+    serve_stale: bool | None = None
+    pinned: bool | None = None
+    admission: Admission | None = None
+    quota_bytes: ByteCount | None = None
+
+
+class PolicyIn(PolicySettings):
+    bucket: PolicyBucket
+    prefix: Prefix = ""
+
+
+class PolicyOut(Out):
+    id: int
+    bucket: str
+    prefix: str
+    mode: str | None
+    revalidate: str | None
+    ttl_seconds: float | None
+    serve_stale: bool | None
+    pinned: bool | None
+    admission: str | None
+    quota_bytes: int | None
+
+
+class EffectivePolicy(Out):
+    mode: str
+    revalidate: str
+    ttl_seconds: float
+    serve_stale: bool
+    pinned: bool
+    admission: str
+    quota_bytes: int | None
+
+
+class EffectiveOut(Out):
+    bucket: str
+    key: str
+    policy: EffectivePolicy
+    rules: list[PolicyOut] = Field(description="The matching rules, applied in this order (later wins).")
+
+
+def router(container: Container, auth: Authenticator) -> APIRouter:
+    repo: PolicyRepo = getattr(container, "policy_repo", None) or PolicyRepo(container.catalog.engine)
+    book = getattr(container, "policies", None)
+    defaults: Policy = getattr(book, "defaults", None) or Policy(mode=container.settings.default_mode)
+    api = APIRouter(prefix="/admin/policies", tags=["policies"])
+
+    def changed() -> None:
+        if book is not None:
+            book.invalidate()
+
+    async def save(rule: PolicyRule) -> PolicyRule:
+        try:
+            saved = await run(repo.upsert, rule)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        changed()
+        return saved
+
+    @api.get("", response_model=list[PolicyOut], dependencies=auth.read())
+    async def list_policies() -> list[PolicyRule]:
+        return await run(repo.list)
+
+    @api.post("", response_model=PolicyOut, dependencies=auth.write(),
+              responses={201: {"model": PolicyOut, "description": "Created"}})
+    async def set_policy(body: PolicyIn, response: Response) -> PolicyRule:
+        """Create the rule for (bucket, prefix), or replace its settings (200). Applies without restart."""
+        existing = {(r.bucket, r.prefix) for r in await run(repo.list)}
+        rule = await save(PolicyRule(**body.model_dump()))
+        response.status_code = 200 if (body.bucket, body.prefix) in existing else 201
+        return rule
+
+    @api.get("/effective", response_model=EffectiveOut, dependencies=auth.read())
+    async def effective(bucket: BucketQuery, key: KeyQuery = "") -> EffectiveOut:
+        """The policy a request for ``bucket/key`` gets now, and the rules it was resolved from."""
+        rules = await run(repo.list)
+        policy = resolve(defaults, rules, bucket, key)
+        matching = sorted((r for r in rules if r.bucket in ("*", bucket) and key.startswith(r.prefix)),
+                          key=lambda r: (r.bucket != "*", len(r.prefix)))
+        return EffectiveOut(bucket=bucket, key=key, policy=EffectivePolicy.model_validate(policy),
+                            rules=[PolicyOut.model_validate(r) for r in matching])
+
+    @api.get("/{policy_id}", response_model=PolicyOut, dependencies=auth.read())
+    async def get_policy(policy_id: PolicyIdPath) -> PolicyRule:
+        rule = await run(repo.get, policy_id)
+        if rule is None:
+            raise HTTPException(404, f"no policy with id {policy_id}")
+        return rule
+
+    @api.put("/{policy_id}", response_model=PolicyOut, dependencies=auth.write())
+    async def replace_policy(policy_id: PolicyIdPath, body: PolicySettings) -> PolicyRule:
+        """Replace a rule's settings (its bucket and prefix stay; create another rule to move it)."""
+        rule = await run(repo.get, policy_id)
+        if rule is None:
+            raise HTTPException(404, f"no policy with id {policy_id}")
+        return await save(PolicyRule(bucket=rule.bucket, prefix=rule.prefix, **body.model_dump()))
+
+    @api.delete("/{policy_id}", status_code=204, dependencies=auth.write())
+    async def delete_policy(policy_id: PolicyIdPath) -> Response:
+        if not await run(repo.delete, policy_id):
+            raise HTTPException(404, f"no policy with id {policy_id}")
+        changed()
+        return Response(status_code=204)
+
+    return api

@@ -1,0 +1,193 @@
+"""Remotes and bucket mappings.
+
+The default remote comes from settings (``GET /admin/remote``). Registered remotes and bucket
+mappings are stored for the fleet phase: the gateway does NOT route requests to a mapped remote
+yet; every bucket is still served from the default remote.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Path, Query, Response
+from pydantic import AfterValidator, Field, StringConstraints
+
+from app.adapters.catalog.remotes import MappingInfo, RemoteInfo, RemoteRepo
+from app.adapters.remote import RemoteConfig
+from app.admin.auth import Authenticator
+from app.admin.common import BUCKET_PATTERN, BucketName, Model, Name, Out, Text, run
+from app.bootstrap import Container, remote_config
+from app.services.probes import check_remote
+
+CHECK_TIMEOUT = 5.0
+
+
+def _endpoint(value: str) -> str:
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise ValueError(f"bad port: {exc}") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    return value.rstrip("/")
+
+
+Endpoint = Annotated[str, StringConstraints(max_length=1024, pattern=r"^https?://[^\s/?#]+[^\s]*$"),
+                     AfterValidator(_endpoint)]
+Region = Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]{1,64}$")]
+AddressingStyle = Literal["path", "virtual", "auto"]
+RemoteIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
+BucketPath = Annotated[str, Path(pattern=BUCKET_PATTERN)]
+BucketQuery = Annotated[str | None, Query(pattern=BUCKET_PATTERN)]
+
+
+class RemoteCreate(Model):
+    name: Name
+    endpoint: Endpoint
+    region: Region = "us-east-1"
+    access_key: Text | None = None
+    secret_key: Text | None = None
+    addressing_style: AddressingStyle = "path"
+    verify_tls: bool = True
+
+
+class RemoteUpdate(Model):
+    """Fields left out are unchanged."""
+
+    name: Name | None = None
+    endpoint: Endpoint | None = None
+    region: Region | None = None
+    access_key: Text | None = None
+    secret_key: Text | None = None
+    addressing_style: AddressingStyle | None = None
+    verify_tls: bool | None = None
+
+
+class RemoteOut(Out):
+    id: int
+    name: str
+    endpoint: str
+    region: str
+    access_key: str | None
+    has_secret: bool
+    addressing_style: str
+    verify_tls: bool
+    created_at: float
+
+
+class CheckOut(Out):
+    ok: bool
+    latency_ms: float | None
+    error: str | None
+    detail: str | None
+    endpoint: str | None
+
+
+class DefaultRemoteOut(Out):
+    endpoint: str | None
+    region: str
+    addressing_style: str
+    access_key: str | None
+    check: CheckOut
+
+
+class MappingIn(Model):
+    remote_id: int = Field(ge=1, le=2**63 - 1)
+    remote_bucket: BucketName
+
+
+class MappingOut(Out):
+    bucket: str
+    remote_id: int
+    remote_name: str
+    remote_bucket: str
+    created_at: float
+
+
+def _out(info: RemoteInfo) -> RemoteOut:
+    return RemoteOut(id=info.id, name=info.name, endpoint=info.endpoint, region=info.region,
+                     access_key=info.access_key, has_secret=bool(info.secret_key),
+                     addressing_style=info.addressing_style, verify_tls=info.verify_tls, created_at=info.created_at)
+
+
+async def _check(cfg: RemoteConfig, bucket: str | None) -> CheckOut:
+    result = await check_remote(cfg, bucket, CHECK_TIMEOUT)
+    return CheckOut(ok=result.ok, latency_ms=result.latency_ms, error=None if result.ok else result.detail,
+                    detail=result.detail if result.ok else None, endpoint=cfg.endpoint)
+
+
+def router(container: Container, auth: Authenticator) -> APIRouter:
+    repo = RemoteRepo(container.catalog.engine)
+    settings = container.settings
+    api = APIRouter(prefix="/admin", tags=["remotes"])
+
+    @api.get("/remote", response_model=DefaultRemoteOut, dependencies=auth.read())
+    async def default_remote(bucket: BucketQuery = None) -> DefaultRemoteOut:
+        """The remote from settings (what every bucket is served from today), with a live check."""
+        cfg = remote_config(settings)
+        return DefaultRemoteOut(endpoint=cfg.endpoint, region=cfg.region, addressing_style=cfg.addressing_style,
+                                access_key=cfg.access_key, check=await _check(cfg, bucket))
+
+    @api.get("/remotes", response_model=list[RemoteOut], dependencies=auth.read())
+    async def list_remotes() -> list[RemoteOut]:
+        """Registered remotes (secrets are never returned). Stored for the fleet phase."""
+        return [_out(r) for r in await run(repo.list)]
+
+    @api.post("/remotes", response_model=RemoteOut, status_code=201, dependencies=auth.write())
+    async def create_remote(body: RemoteCreate) -> RemoteOut:
+        """Register a remote. Not yet used for routing: see ``/admin/bucket-mappings``."""
+        return _out(await run(repo.create, **body.model_dump()))
+
+    @api.get("/remotes/{remote_id}", response_model=RemoteOut, dependencies=auth.read())
+    async def get_remote(remote_id: RemoteIdPath) -> RemoteOut:
+        return _out(await run(repo.get, remote_id))
+
+    @api.patch("/remotes/{remote_id}", response_model=RemoteOut, dependencies=auth.write())
+    async def update_remote(remote_id: RemoteIdPath, body: RemoteUpdate) -> RemoteOut:
+        values = {k: v for k, v in body.model_dump(exclude_unset=True).items()
+                  if v is not None or k in ("access_key", "secret_key")}
+        return _out(await run(repo.update, remote_id, **values))
+
+    @api.delete("/remotes/{remote_id}", status_code=204, dependencies=auth.write())
+    async def delete_remote(remote_id: RemoteIdPath) -> Response:
+        """Refused (409) while a bucket mapping points at the remote."""
+        await run(repo.delete, remote_id)
+        return Response(status_code=204)
+
+    @api.post("/remotes/{remote_id}/check", response_model=CheckOut, dependencies=auth.read())
+    async def check(remote_id: RemoteIdPath, bucket: BucketQuery = None) -> CheckOut:
+        """Connectivity check: ListBuckets, or HeadBucket of ``bucket``, bounded to a few seconds."""
+        info = await run(repo.get, remote_id)
+        cfg = RemoteConfig(endpoint=info.endpoint, region=info.region, access_key=info.access_key,
+                           secret_key=info.secret_key, addressing_style=info.addressing_style,
+                           verify_tls=info.verify_tls, connect_timeout=CHECK_TIMEOUT, read_timeout=CHECK_TIMEOUT)
+        return await _check(cfg, bucket)
+
+    @api.get("/bucket-mappings", response_model=list[MappingOut], dependencies=auth.read())
+    async def list_mappings() -> list[MappingInfo]:
+        """Stored for the fleet phase: the gateway does not route requests by these mappings yet."""
+        return await run(repo.list_mappings)
+
+    @api.get("/bucket-mappings/{bucket}", response_model=MappingOut, dependencies=auth.read())
+    async def get_mapping(bucket: BucketPath) -> MappingInfo:
+        return await run(repo.get_mapping, bucket)
+
+    @api.put("/bucket-mappings/{bucket}", response_model=MappingOut, dependencies=auth.write())
+    async def put_mapping(bucket: BucketPath, body: MappingIn, response: Response) -> MappingInfo:
+        """Map a gateway bucket to a registered remote's bucket (201 when new).
+
+        NOT applied to requests yet: routing to mapped remotes arrives with the fleet phase; until
+        then every bucket is served from the default remote (settings).
+        """
+        info, created = await run(repo.put_mapping, bucket, body.remote_id, body.remote_bucket)
+        response.status_code = 201 if created else 200
+        return info
+
+    @api.delete("/bucket-mappings/{bucket}", status_code=204, dependencies=auth.write())
+    async def delete_mapping(bucket: BucketPath) -> Response:
+        await run(repo.delete_mapping, bucket)
+        return Response(status_code=204)
+
+    return api

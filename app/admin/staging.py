@@ -1,0 +1,113 @@
+"""Staging jobs: warm a prefix into the read cache ahead of a job, watch it, cancel it."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query
+
+from app.adapters.catalog.staging import JobInfo, StagingRepo
+from app.adapters.catalog.tenants import TenantRepo
+from app.admin.auth import Authenticator
+from app.admin.common import BucketName, Model, Name, Out, Prefix, run
+from app.bootstrap import Container
+
+JobIdPath = Annotated[str, Path(max_length=32, pattern=r"^[A-Za-z0-9]+$")]
+JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+class StageIn(Model):
+    bucket: BucketName
+    prefix: Prefix = ""
+    tenant: Name | None = None
+
+
+class JobOut(Out):
+    id: str
+    bucket: str
+    prefix: str
+    node_id: str
+    tenant_id: int | None
+    state: str
+    objects_total: int
+    objects_done: int
+    objects_skipped: int
+    bytes_total: int
+    bytes_done: int
+    listing_done: bool
+    error: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    elapsed_seconds: float | None
+    rate_bytes_per_second: float | None
+    rate_objects_per_second: float | None
+    eta_seconds: float | None
+    percent: float | None
+
+
+def job_out(job: JobInfo, now: float | None = None) -> JobOut:
+    """The row plus what an operator wants to read off it: rate, ETA, percent."""
+    now = now or time.time()
+    elapsed = rate_b = rate_o = eta = percent = None
+    if job.started_at:
+        elapsed = max(0.0, (job.finished_at or now) - job.started_at)
+        if elapsed > 0:
+            rate_b, rate_o = job.bytes_done / elapsed, job.objects_done / elapsed
+    if job.listing_done:
+        if job.bytes_total:
+            percent = round(100.0 * job.bytes_done / job.bytes_total, 2)
+        elif job.objects_total:
+            percent = round(100.0 * job.objects_done / job.objects_total, 2)
+        else:
+            percent = 100.0
+        if job.state == "running" and rate_b:
+            eta = round(max(0, job.bytes_total - job.bytes_done) / rate_b, 1)
+        elif job.state == "running" and rate_o:
+            eta = round(max(0, job.objects_total - job.objects_done) / rate_o, 1)
+    return JobOut(**{k: getattr(job, k) for k in JobInfo.__dataclass_fields__},
+                  elapsed_seconds=round(elapsed, 3) if elapsed is not None else None,
+                  rate_bytes_per_second=round(rate_b, 1) if rate_b is not None else None,
+                  rate_objects_per_second=round(rate_o, 2) if rate_o is not None else None,
+                  eta_seconds=eta, percent=percent)
+
+
+def router(container: Container, auth: Authenticator) -> APIRouter:
+    repo = StagingRepo(container.catalog.engine)
+    tenants = TenantRepo(container.catalog.engine)
+    api = APIRouter(prefix="/admin/staging", tags=["staging"])
+
+    def runner() -> object:
+        staging = getattr(container, "staging", None)
+        if staging is None:
+            raise HTTPException(503, "staging is not available in this process")
+        return staging
+
+    @api.post("", response_model=JobOut, status_code=201, dependencies=auth.write())
+    async def create_job(body: StageIn) -> JobOut:
+        """Start warming bucket/prefix on this node; progress is in ``GET /admin/staging/{id}``."""
+        staging = runner()
+        tenant_id = await run(tenants.id_of, body.tenant) if body.tenant else None
+        job = await staging.start(body.bucket, body.prefix, tenant_id)  # type: ignore[attr-defined]
+        return job_out(job)
+
+    @api.get("", response_model=list[JobOut], dependencies=auth.read())
+    async def list_jobs(state: JobState | None = None, limit: Limit = 50) -> list[JobOut]:
+        """Jobs, newest first."""
+        now = time.time()
+        return [job_out(j, now) for j in await run(repo.list, state, limit)]
+
+    @api.get("/{job_id}", response_model=JobOut, dependencies=auth.read())
+    async def get_job(job_id: JobIdPath) -> JobOut:
+        return job_out(await run(repo.get, job_id))
+
+    @api.post("/{job_id}/cancel", response_model=JobOut, dependencies=auth.write())
+    async def cancel_job(job_id: JobIdPath) -> JobOut:
+        """Stop a queued or running job (409 when it has finished); what it warmed stays cached."""
+        staging = getattr(container, "staging", None)
+        job = await staging.cancel(job_id) if staging is not None else await run(repo.cancel, job_id)
+        return job_out(job)
+
+    return api

@@ -1,0 +1,156 @@
+"""The status page: ``GET /admin/status`` (HTML, no data in it) polls ``GET /admin/stats`` (JSON, read scope).
+
+No front-end build and nothing loaded from elsewhere: the page is one HTML document with inline
+script and SVG (app/admin/status_page.py). It keeps a ring of samples of the cumulative counters
+and charts their differences (hit ratio over time), next to the catalog's live figures (dirty bytes,
+destage lag, cache usage per tenant) and the running staging jobs.
+
+The JSON adds up every worker process's counters (prometheus_client multiprocess files), so any
+worker answering a poll gives the same totals.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse
+
+from app import metrics
+from app.adapters.catalog.stats import CatalogStats
+from app.admin.auth import Authenticator
+from app.admin.common import run
+from app.admin.status_page import PAGE
+from app.bootstrap import Container
+
+_COLLECTORS: dict[int, tuple[Container, metrics.CatalogCollector]] = {}
+
+_COUNTERS = (
+    "ferry_http_requests_total", "ferry_http_request_bytes_total", "ferry_http_response_bytes_total",
+    "ferry_cache_requests_total", "ferry_cache_evictions_total", "ferry_destage_attempts_total",
+    "ferry_destage_failures_total", "ferry_destaged_bytes_total", "ferry_remote_requests_total",
+)
+CACHE_OUTCOMES = ("hit", "miss", "stale", "bypass")
+
+
+def catalog_collector(container: Container) -> metrics.CatalogCollector:
+    """The process's one collector of catalog gauges, shared by /metrics and /admin/stats so both
+    reuse one set of aggregate queries per couple of seconds."""
+    entry = _COLLECTORS.get(id(container))
+    if entry is None or entry[0] is not container:
+        settings = container.settings
+        collector = metrics.CatalogCollector(CatalogStats(container.catalog.engine, settings.node_id),
+                                             write_buffer_bytes=settings.write_buffer_bytes,
+                                             cache_budget_bytes=settings.cache_bytes)
+        entry = _COLLECTORS[id(container)] = (container, collector)
+    return entry[1]
+
+
+def _sum_by(rows: list[tuple[dict[str, str], float]], *labels: str) -> dict[Any, float]:
+    out: dict[Any, float] = defaultdict(float)
+    for sample_labels, value in rows:
+        key = tuple(sample_labels.get(name, "") for name in labels)
+        out[key[0] if len(key) == 1 else key] += value
+    return out
+
+
+def stats_document(container: Container) -> dict[str, Any]:
+    """Everything the page shows, in one blocking call (catalog queries + counter files)."""
+    collector = catalog_collector(container)
+    try:
+        node = collector.stats()
+        catalog_ok = True
+    except Exception:
+        node, catalog_ok = metrics.NodeStats(), False
+    s = metrics.samples(_COUNTERS)
+    http_by_op = _sum_by(s["ferry_http_requests_total"], "operation")
+    http_by_outcome = _sum_by(s["ferry_http_requests_total"], "outcome")
+    bytes_in = _sum_by(s["ferry_http_request_bytes_total"], "operation")
+    bytes_out = _sum_by(s["ferry_http_response_bytes_total"], "operation")
+    cache_outcomes = _sum_by(s["ferry_cache_requests_total"], "outcome")
+    by_bucket: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: dict.fromkeys(CACHE_OUTCOMES, 0.0))
+    for labels, value in s["ferry_cache_requests_total"]:
+        counts = by_bucket[(labels.get("bucket", ""), labels.get("tenant", ""))]
+        outcome = labels.get("outcome", "")
+        counts[outcome] = counts.get(outcome, 0.0) + value
+    remote = _sum_by(s["ferry_remote_requests_total"], "outcome")
+    names = {t.tenant: t.name for t in node.tenants}
+    settings = container.settings
+    return {
+        "time": time.time(),
+        "node_id": settings.node_id,
+        "catalog_ok": catalog_ok,
+        "requests": {
+            "total": sum(http_by_op.values()),
+            "errors": http_by_outcome.get("error", 0.0),
+            "client_errors": http_by_outcome.get("client_error", 0.0),
+            "bytes_in": sum(bytes_in.values()),
+            "bytes_out": sum(bytes_out.values()),
+            "by_operation": {op: {"requests": n, "bytes_in": bytes_in.get(op, 0.0), "bytes_out": bytes_out.get(op, 0.0)}
+                             for op, n in sorted(http_by_op.items())},
+            "by_outcome": dict(http_by_outcome),
+        },
+        "cache": {
+            "outcomes": {o: cache_outcomes.get(o, 0.0) for o in CACHE_OUTCOMES},
+            "by_bucket": [{"bucket": b, "tenant": t, "tenant_name": names.get(t, ""), **counts}
+                          for (b, t), counts in sorted(by_bucket.items())],
+            "tenants": [{"tenant": t.tenant, "name": t.name, "cached_bytes": t.cached_bytes,
+                         "pinned_bytes": t.pinned_bytes, "entries": t.entries, "quota_bytes": t.quota_bytes}
+                        for t in node.tenants],
+            "cached_bytes": node.cached_bytes,
+            "pinned_bytes": node.pinned_bytes,
+            "budget_bytes": settings.cache_bytes,
+            "evictions": sum(v for _, v in s["ferry_cache_evictions_total"]),
+        },
+        "writes": {
+            "dirty_bytes": node.dirty_bytes,
+            "multipart_bytes": node.multipart_bytes,
+            "buffer_bytes": settings.write_buffer_bytes,
+            "queue_depth": node.queue_depth,
+            "failed": node.dirty_versions.get("failed", 0),
+            "lag_seconds": round(node.oldest_dirty_age, 3),
+            "versions": node.dirty_versions,
+        },
+        "destage": {
+            "attempts": _sum_by(s["ferry_destage_attempts_total"], "outcome"),
+            "failures": sum(v for _, v in s["ferry_destage_failures_total"]),
+            "bytes": sum(v for _, v in s["ferry_destaged_bytes_total"]),
+        },
+        "remote": {
+            "requests": sum(remote.values()),
+            "errors": remote.get("server_error", 0.0) + remote.get("network", 0.0),
+        },
+        "staging_jobs": _staging_jobs(collector),
+    }
+
+
+def _staging_jobs(collector: metrics.CatalogCollector) -> list[dict[str, Any]]:
+    source = collector.source
+    if not isinstance(source, CatalogStats):
+        return []
+    try:
+        return source.staging_jobs()
+    except Exception:  # the page still shows the counters when the catalog is away
+        return []
+
+
+def status_router(container: Container, auth: Authenticator | None = None) -> APIRouter:
+    """/admin/status (public HTML shell: shows nothing without a token) and /admin/stats (read scope)."""
+    auth = auth or Authenticator(container)
+    api = APIRouter(tags=["status"])
+
+    @api.get("/admin/status", response_class=HTMLResponse, include_in_schema=False)
+    async def status_page() -> HTMLResponse:
+        """The page itself holds no data: it asks /admin/stats with the token the operator gives it."""
+        return HTMLResponse(PAGE, headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
+                                           "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
+                                           "style-src 'unsafe-inline'; connect-src 'self'; img-src data:"})
+
+    @api.get("/admin/stats", dependencies=auth.read())
+    async def stats() -> dict[str, Any]:
+        """Cumulative counters (all workers) and the catalog's live figures; poll it and diff."""
+        return await run(stats_document, container)
+
+    return api

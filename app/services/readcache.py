@@ -1,0 +1,653 @@
+"""The read-through cache: serve remote objects from local blocks, fetch each block once.
+
+- A read looks the object up in the cache index. A fresh entry (per policy) is a hit, served
+  from block files; an expired one is revalidated with a conditional HEAD (304 keeps it, a new
+  ETag drops it).
+- A miss discovers the current version with one ranged GET of the block the client wants first
+  (its headers carry the metadata), records the entry, and tees that body into the block while the
+  client reads it. Later blocks are fetched with parallel ranged GETs (``If-Match`` the entry's
+  ETag, so bytes of two versions never mix), ``fetch_concurrency`` ahead of the reader.
+- Single-flight: one fetch per block per process (readers follow the filling file) and across
+  processes (a byte-range lock per block in ``cache/locks``; waiters poll for the finished block).
+- Capacity: LRU by last access over this node's entries, within the byte budget (dirty bytes
+  count against it too), per-tenant quotas and per-bucket quotas; pinned prefixes are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import mmap
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, BinaryIO, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from app import metrics
+from app.adapters.cachestore import CacheStore, block_name, meta_lock_name
+from app.adapters.catalog.cache_index import CacheIndex, Entry
+from app.adapters.remote import RemoteStore
+from app.domain.errors import S3Error
+from app.domain.objects import ObjectMeta
+from app.domain.policy import Policy
+from app.domain.ranges import ByteRange
+from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
+from app.services.policies import PolicyBook
+
+log = logging.getLogger("ferry.cache")
+T = TypeVar("T")
+
+FETCH_CHUNK = 256 * 1024
+LOCK_POLL = 0.005
+LOCK_POLL_MAX = 0.05
+TOMBSTONE_SECONDS = 3600.0
+SEEN_SECONDS = 86400.0
+
+
+@dataclass
+class CachedRead:
+    """What the gateway turns into an ObjectRead."""
+
+    meta: ObjectMeta
+    byte_range: ByteRange | None
+    stream: AsyncIterator[bytes]
+    close: Callable[[], None]
+    outcome: str
+
+
+def _outcome(outcome: str, bucket: str, tenant: int | None) -> None:
+    metrics.cache_outcome(outcome, bucket, tenant)
+    setter = getattr(metrics, "set_outcome", None)
+    if setter is not None:
+        setter(outcome)
+
+
+def _before(key: str) -> str:
+    """A string that sorts just before ``key``, so a listing that starts after it includes key."""
+    if not key:
+        return ""
+    code = ord(key[-1]) - 1
+    if 0xD800 <= code <= 0xDFFF:
+        code = 0xD7FF
+    return key[:-1] + (chr(code) + "\U0010ffff" if code >= 0 else "")
+
+
+def _first_byte(range_header: str | None) -> int | None:
+    """The first byte a ``bytes=a-b`` / ``bytes=a-`` range asks for (None for suffix ranges)."""
+    if not range_header:
+        return 0
+    spec = range_header.strip()[6:]
+    head = spec.split("-", 1)[0].strip()
+    return int(head) if head.isdigit() else None
+
+
+class ReadCache:
+    def __init__(self, index: CacheIndex, store: CacheStore, remote: RemoteStore, policies: PolicyBook, *,
+                 block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
+                 dirty_bytes: Callable[[], int] | None = None, revalidate_interval: float = 60.0,
+                 limiter: anyio.CapacityLimiter | None = None) -> None:
+        self.index = index
+        self.store = store
+        self.remote = remote
+        self.policies = policies
+        self.block_size = block_size
+        self.fetch_concurrency = fetch_concurrency
+        self.budget_bytes = budget_bytes
+        self.dirty_bytes = dirty_bytes or (lambda: 0)
+        self.revalidate_interval = revalidate_interval
+        self.limiter = limiter or anyio.CapacityLimiter(64)
+        self.fetch_limiter = anyio.CapacityLimiter(fetch_concurrency)
+        self._inflight: dict[str, Fill] = {}
+        self._discovering: dict[tuple[str, str], asyncio.Future[Entry | None]] = {}
+        self._touches: dict[int, tuple[float, int]] = {}
+        self._added_since_check = 0
+        self._evicting = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._quota_cache: dict[int, tuple[float, int | None]] = {}
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+    # ---- lookups -----------------------------------------------------------------------------
+    async def current(self, bucket: str, key: str, policy: Policy) -> tuple[Entry | None, str]:
+        """The entry to serve and why ('hit', 'stale'), or (None, 'miss') when the remote must be read."""
+        entry = await self._run(self.index.get, bucket, key)
+        if entry is None or entry.state != "ready":
+            return None, "miss"
+        if policy.is_fresh(entry.validated_at, time.time()):
+            return entry, "hit"
+        try:
+            meta = await self._run(self._conditional_head, bucket, key, entry.etag)
+        except S3Error as err:
+            if err.code == "NotModified":
+                metrics.revalidated("unchanged")
+                await self._run(self.index.validated, [entry.id])
+                return entry, "hit"
+            if err.code in ("NoSuchKey", "NoSuchBucket"):
+                metrics.revalidated("deleted")
+                await self.drop(entry)
+                raise
+            if err.status >= 500:
+                metrics.revalidated("error")
+                if policy.serve_stale:
+                    return entry, "stale"
+                raise S3Error("ServiceUnavailable", "The remote region is unreachable and the cached copy of this "
+                              "object is past its revalidation policy (serve-stale is off).") from err
+            raise
+        if meta.etag == entry.etag:  # the remote ignored If-None-Match
+            metrics.revalidated("unchanged")
+            await self._run(self.index.validated, [entry.id])
+            return entry, "hit"
+        metrics.revalidated("changed")
+        await self.drop(entry)
+        return None, "miss"
+
+    def _conditional_head(self, bucket: str, key: str, etag: str) -> ObjectMeta:
+        return self.remote.head_object(bucket, key, if_none_match=etag)
+
+    async def head(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> ObjectMeta:
+        entry, _ = await self.current(bucket, key, policy)
+        if entry is not None:
+            self._touch(entry)
+            return entry.meta
+        return await self._run(self.remote.head_object, bucket, key)
+
+    # ---- reads -------------------------------------------------------------------------------
+    async def read(self, bucket: str, key: str, range_header: str | None,
+                   byte_range: Callable[[int], ByteRange | None], policy: Policy,
+                   tenant_id: int | None) -> CachedRead | None:
+        """Open the object through the cache; None when the caller should read the remote directly
+        (second-hit admission's first miss, or a write raced the discovery)."""
+        entry, outcome = await self.current(bucket, key, policy)
+        if entry is None:
+            if policy.admission == "second-hit" and not await self._run(self.index.mark_seen, bucket, key, tenant_id):
+                _outcome("miss", bucket, tenant_id)
+                return None
+            entry = await self.discover(bucket, key, _first_byte(range_header), policy, tenant_id,
+                                        whole=range_header is None)
+            if entry is None:
+                _outcome("miss", bucket, tenant_id)
+                return None
+            outcome = "miss"
+        else:
+            self._touch(entry)
+        _outcome(outcome, bucket, tenant_id)
+        rng = byte_range(entry.size) if range_header else None
+        first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
+        stream = self._stream(entry, first, last, outcome)
+        return CachedRead(entry.meta, rng, stream, lambda: None, outcome)
+
+    def _touch(self, entry: Entry) -> None:
+        _, hits = self._touches.get(entry.id, (0.0, 0))
+        self._touches[entry.id] = (time.time(), hits + 1)
+
+    async def _stream(self, entry: Entry, first: int, last: int, outcome: str) -> AsyncIterator[bytes]:
+        if last < first:
+            return
+        size = self.block_size
+        b0, b1 = first // size, last // size
+        pending: dict[int, asyncio.Task[tuple[Any, bool]]] = {}
+        served = 0
+        try:
+            for idx in range(b0, b1 + 1):
+                # Keep up to fetch_concurrency blocks in flight ahead of the reader.
+                for ahead in range(idx, min(b1, idx + self.fetch_concurrency - 1) + 1):
+                    if ahead not in pending and not self.store.has(self._name(entry, ahead), entry.block_length(ahead)):
+                        pending[ahead] = asyncio.ensure_future(self.acquire(entry, ahead))
+                task = pending.pop(idx, None)
+                source = (await task)[0] if task is not None else self.store.path(self._name(entry, idx))
+                start = max(first, idx * size) - idx * size
+                end = min(last, idx * size + entry.block_length(idx) - 1) - idx * size
+                if not isinstance(source, Fill) and not os.path.exists(source):
+                    source, _ = await self.acquire(entry, idx)  # evicted meanwhile: fetch it again
+                async for chunk in self._serve(source, start, end):
+                    served += len(chunk)
+                    yield chunk
+        finally:
+            for task in pending.values():
+                task.cancel()
+            metrics.served_bytes(outcome, entry.bucket, served)
+
+    async def _serve(self, source: Any, start: int, end: int) -> AsyncIterator[bytes]:
+        if isinstance(source, Fill):
+            fd = source.reader_fd()
+            if fd is not None:
+                async for chunk in source.follow(fd, start, end):
+                    yield chunk
+                return
+            source = self.store.path(source.name)
+        length = end - start + 1
+        try:
+            fd = os.open(source, os.O_RDONLY)
+        except FileNotFoundError as exc:  # evicted between check and open: the client retries
+            raise S3Error("ServiceUnavailable", "A cached block disappeared while being served.") from exc
+        try:
+            if length <= INLINE_READ:
+                yield os.pread(fd, length, start)
+                return
+            # Slices of a read-only map go to the socket without a copy into Python bytes; the
+            # map is freed when the last slice is (block files are never truncated, only unlinked).
+            view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+            pos = start
+            while pos <= end:
+                n = min(SEND_CHUNK, end + 1 - pos)
+                yield view[pos:pos + n]
+                pos += n
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _name(entry: Entry, index: int) -> str:
+        return block_name(entry.bucket, entry.key, entry.etag, index)
+
+    async def acquire(self, entry: Entry, index: int) -> tuple[Any, bool]:
+        """A source for block ``index``: its file path, or the Fill that is fetching it. The flag
+        tells whether this call started the fetch."""
+        name = self._name(entry, index)
+        length = entry.block_length(index)
+        waited_since: float | None = None
+        delay = LOCK_POLL
+        while True:
+            if self.store.has(name, length):
+                if waited_since is not None:
+                    metrics.singleflight_waited(time.monotonic() - waited_since)
+                return self.store.path(name), False
+            fill = self._inflight.get(name)
+            if fill is not None:
+                metrics.singleflight_waited(0.0)
+                return fill, False
+            if self.store.try_lock(name):
+                if self.store.has(name, length):
+                    self.store.unlock(name)
+                    continue
+                return self._start_fill(entry, index, name, length, None), True
+            # Another process is fetching this block: wait for it to publish.
+            if waited_since is None:
+                waited_since = time.monotonic()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LOCK_POLL_MAX)
+
+    def _start_fill(self, entry: Entry, index: int, name: str, length: int, body: BinaryIO | None) -> Fill:
+        """Begin fetching a block we hold the lock of; the fetch outlives any one reader."""
+        loop = asyncio.get_running_loop()
+        fill = Fill(name, length, self.store.open_fill(name), loop)
+        self._inflight[name] = fill
+
+        def fetch() -> None:
+            src = body
+            error: BaseException | None = None
+            try:
+                if src is None:
+                    first = index * self.block_size
+                    _, src = self.remote.get_object(entry.bucket, entry.key, f"bytes={first}-{first + length - 1}",
+                                                    if_match=entry.etag)
+                while True:
+                    chunk = src.read(min(FETCH_CHUNK, length - fill.file.written) or FETCH_CHUNK)
+                    if not chunk:
+                        break
+                    fill.file.write(chunk)
+                    loop.call_soon_threadsafe(fill.notify)
+                    if fill.file.written >= length:
+                        break
+                if fill.file.written != length:
+                    raise S3Error("ServiceUnavailable", f"the remote sent {fill.file.written} of {length} bytes")
+                self.store.publish(fill.file)
+                self.index.add_bytes(entry.id, length)
+                metrics.remote_fetched(length)
+            except BaseException as exc:  # the readers get the error; the next read refetches
+                error = exc
+                self.store.discard(fill.file)
+                if isinstance(exc, S3Error) and exc.code == "PreconditionFailed":
+                    # The object changed behind the cache: this entry is gone.
+                    with contextlib.suppress(Exception):
+                        self.index.invalidate(entry.bucket, entry.key)
+            finally:
+                if src is not None:
+                    with contextlib.suppress(Exception):
+                        src.close()
+                self.store.unlock(name)
+                loop.call_soon_threadsafe(self._fill_done, fill, error)
+
+        async def run() -> None:
+            await anyio.to_thread.run_sync(fetch, limiter=self.fetch_limiter)
+
+        task = asyncio.ensure_future(run())
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        return fill
+
+    def _fill_done(self, fill: Fill, error: BaseException | None) -> None:
+        self._inflight.pop(fill.name, None)
+        fill.finish(error)
+        if error is None:
+            self._added_since_check += fill.length
+            if self._added_since_check >= max(self.block_size, self.budget_bytes // 100):
+                self.schedule_eviction()
+
+    # ---- discovery (first miss of an object) --------------------------------------------------
+    async def discover(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
+                       tenant_id: int | None, *, whole: bool = False) -> Entry | None:
+        """Learn the current version with one GET and start caching; single-flight per key."""
+        k = (bucket, key)
+        running = self._discovering.get(k)
+        if running is not None:
+            return await asyncio.shield(running)
+        future: asyncio.Future[Entry | None] = asyncio.get_running_loop().create_future()
+        self._discovering[k] = future
+        try:
+            entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        finally:
+            self._discovering.pop(k, None)
+        future.set_result(entry)
+        return entry
+
+    async def _discover_locked(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
+                               tenant_id: int | None, whole: bool) -> Entry | None:
+        lock = meta_lock_name(bucket, key)
+        started = time.time()
+        delay = LOCK_POLL
+        waited_since: float | None = None
+        while not self.store.try_lock(lock):
+            if waited_since is None:
+                waited_since = time.monotonic()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LOCK_POLL_MAX)
+        if waited_since is not None:
+            metrics.singleflight_waited(time.monotonic() - waited_since)
+        try:
+            old = await self._run(self.index.get, bucket, key)
+            if old is not None and old.state == "ready" and (
+                    old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
+                return old  # another process discovered it while we waited
+            index = (first_byte // self.block_size) if first_byte is not None else 0
+            meta, body = await self._fetch_first(bucket, key, index, whole)
+            if meta.size <= index * self.block_size and meta.size:
+                index = 0
+            cached = 0
+            if old is not None and old.etag == meta.etag:
+                cached = old.cached_bytes
+            entry = await self._run(self.index.put_ready, meta, bucket, self.block_size, tenant_id, policy.pinned,
+                                    started, cached)
+            if old is not None and old.etag != meta.etag:
+                await self._run(self._delete_blocks, old)
+            if entry is None:
+                if body is not None:
+                    body.close()
+                return None
+            name = self._name(entry, index)
+            length = entry.block_length(index)
+            if (body is not None and length > 0 and name not in self._inflight and not self.store.has(name, length)
+                    and self.store.try_lock(name)):
+                self._start_fill(entry, index, name, length, body)
+            elif body is not None:
+                body.close()
+            return entry
+        finally:
+            self.store.unlock(lock)
+
+    async def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
+        """One GET of block ``index``: the metadata from its headers, the body for the block.
+
+        A whole-object read asks without a Range, because only such an answer carries the
+        object's stored checksums (S3 omits them from ranged answers); the fill then takes the
+        first block of that stream and drops the connection if the object is larger.
+        """
+        if whole:
+            return await self._run(self.remote.get_object, bucket, key, None)
+        first = index * self.block_size
+        try:
+            return await self._run(self.remote.get_object, bucket, key, f"bytes={first}-{first + self.block_size - 1}")
+        except S3Error as err:
+            if err.code != "InvalidRange":
+                raise
+        # Empty object, or a range past the end: the whole object tells its size.
+        meta, body = await self._run(self.remote.get_object, bucket, key, None)
+        if meta.size > self.block_size:
+            body.close()
+            return meta, None
+        return meta, body
+
+    # ---- warming (staging) --------------------------------------------------------------------
+    async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
+        """Fetch every block of the object not cached yet; returns the bytes fetched."""
+        entry, _ = await self.current(bucket, key, policy)
+        if entry is None:
+            entry = await self.discover(bucket, key, 0, policy, tenant_id)
+            if entry is None:
+                return 0
+        blocks = range(entry.blocks) if entry.size else range(0)
+        missing = [i for i in blocks if not self.store.has(self._name(entry, i), entry.block_length(i))]
+        sem = asyncio.Semaphore(self.fetch_concurrency)
+
+        async def one(index: int) -> None:
+            async with sem:
+                source, _ = await self.acquire(entry, index)
+                if isinstance(source, Fill):
+                    await source.wait_finished()
+        await asyncio.gather(*(one(i) for i in missing))
+        return sum(entry.block_length(i) for i in missing)
+
+    # ---- invalidation and eviction ------------------------------------------------------------
+    async def invalidate(self, bucket: str, key: str) -> None:
+        """A write through the gateway replaced the key: no node serves the old version again."""
+        await self._run(self.index.invalidate, bucket, key)
+
+    async def drop(self, entry: Entry) -> None:
+        await self._run(self._drop_sync, entry)
+
+    def _drop_sync(self, entry: Entry) -> int:
+        if not self.index.remove(entry):
+            return 0
+        return self._delete_blocks(entry)
+
+    def _delete_blocks(self, entry: Entry) -> int:
+        if not entry.size:
+            return 0
+        return sum(self.store.delete(self._name(entry, i)) for i in range(entry.blocks))
+
+    def schedule_eviction(self) -> None:
+        if self._evicting:
+            return
+        self._evicting = True
+        self._added_since_check = 0
+
+        async def run() -> None:
+            try:
+                await self._run(self.enforce_limits)
+            except Exception:
+                log.exception("cache eviction failed")
+            finally:
+                self._evicting = False
+
+        task = asyncio.ensure_future(run())
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def enforce_limits(self) -> int:
+        """Evict until every tenant is within quota, every bucket within its policy's quota and
+        the node within its budget. Returns the bytes freed."""
+        self.flush_touches()
+        freed = 0
+        for tenant_id, quota in self._tenant_quotas():
+            used = self.index.total_bytes(tenant_id=tenant_id)
+            if used > quota:
+                freed += self.evict(used - quota, tenant_id=tenant_id, reason="tenant-quota")
+        for bucket in self.index.buckets():
+            quota = self.policies.for_bucket(bucket).quota_bytes
+            if quota is not None:
+                used = self.index.total_bytes(bucket=bucket)
+                if used > quota:
+                    freed += self.evict(used - quota, bucket=bucket, reason="bucket-quota")
+        if self.budget_bytes:
+            used = self.index.total_bytes() + self.dirty_bytes()
+            if used > self.budget_bytes:
+                # Down to a low-water mark, so eviction does not run on every fill.
+                freed += self.evict(used - int(self.budget_bytes * 0.95), reason="capacity")
+        return freed
+
+    def _tenant_quotas(self) -> list[tuple[int, int]]:
+        from sqlalchemy import select
+
+        from app.adapters.catalog.tables import Tenant
+
+        with self.index.engine.connect() as conn:
+            rows = conn.execute(select(Tenant.id, Tenant.cache_quota_bytes).where(Tenant.cache_quota_bytes.is_not(None)))
+            return [(int(i), int(q)) for i, q in rows]
+
+    def evict(self, need: int, *, tenant_id: int | None = None, bucket: str | None = None,
+              reason: str = "capacity") -> int:
+        """Drop least recently used, unpinned entries until ``need`` bytes are freed."""
+        freed = entries = 0
+        after: tuple[float, int] | None = None
+        while freed < need:
+            batch = self.index.lru(256, tenant_id=tenant_id, bucket=bucket, after=after)
+            if not batch:
+                break
+            for entry in batch:
+                after = (entry.last_access, entry.id)
+                if self.policies.for_key(entry.bucket, entry.key).pinned:
+                    continue
+                dropped = self._drop_sync(entry)
+                if dropped or entry.cached_bytes:
+                    entries += 1
+                    freed += max(dropped, entry.cached_bytes)
+                if freed >= need:
+                    break
+        if entries:
+            metrics.evicted(reason, entries, freed)
+            log.info("evicted %d entries (%d bytes): %s", entries, freed, reason)
+        return freed
+
+    def evict_prefix(self, bucket: str, prefix: str) -> tuple[int, int]:
+        """Operator's evict: drop this node's clean entries under a prefix (pinned ones too: the
+        operator asked by name). Dirty data is not in the cache and is never touched."""
+        entries = freed = 0
+        after: str | None = None
+        while True:
+            batch = self.index.under(bucket, prefix, after, 1000)
+            if not batch:
+                break
+            for entry in batch:
+                freed += self._drop_sync(entry)
+                entries += 1
+            after = batch[-1].key
+        metrics.evicted("operator", entries, freed)
+        return entries, freed
+
+    def wipe(self) -> tuple[int, int]:
+        """Drop every clean block of this node; the remote has all of it."""
+        usage = self.index.total_bytes()
+        count = len(self.index.all_ready())
+        self.index.delete_all()
+        self.store.wipe()
+        metrics.evicted("wipe", count, usage)
+        return count, usage
+
+    def usage(self) -> dict[str, Any]:
+        out = self.index.usage()
+        out["node_id"] = self.index.node_id
+        out["budget_bytes"] = self.budget_bytes
+        out["cached_bytes"] = self.index.total_bytes()
+        out["dirty_bytes"] = self.dirty_bytes()
+        return out
+
+    # ---- bulk revalidation -------------------------------------------------------------------
+    def revalidate_bucket(self, bucket: str, prefix: str = "") -> dict[str, int]:
+        """Compare this node's entries with the remote listing, one LIST per 1000 keys; drop
+        entries whose object changed or was deleted, mark the rest validated."""
+        stats = {"unchanged": 0, "changed": 0, "deleted": 0, "lists": 0}
+        after_key: str | None = None
+        while True:
+            batch = self.index.under(bucket, prefix, after_key, 1000)
+            if not batch:
+                return stats
+            after_key = batch[-1].key
+            entries = [e for e in batch if self.policies.for_key(bucket, e.key).revalidate != "immutable"]
+            pos = 0
+            while pos < len(entries):
+                page = self.remote.list_objects(bucket, prefix, None, _before(entries[pos].key), 1000)
+                stats["lists"] += 1
+                remote = {c.key: c.etag for c in page.contents}
+                horizon = page.contents[-1].key if page.is_truncated and page.contents else None
+                fresh: list[int] = []
+                while pos < len(entries) and (horizon is None or entries[pos].key <= horizon):
+                    entry = entries[pos]
+                    etag = remote.get(entry.key)
+                    result = "unchanged" if etag == entry.etag else ("deleted" if etag is None else "changed")
+                    stats[result] += 1
+                    metrics.revalidated(result)
+                    if result == "unchanged":
+                        fresh.append(entry.id)
+                    else:
+                        self._drop_sync(entry)
+                    pos += 1
+                self.index.validated(fresh)
+
+    def revalidate_all(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for bucket in self.index.buckets():
+            try:
+                for name, n in self.revalidate_bucket(bucket).items():
+                    totals[name] = totals.get(name, 0) + n
+            except S3Error as err:
+                if err.code == "NoSuchBucket":
+                    continue
+                log.warning("revalidation of %s failed: %s", bucket, err.message)
+        return totals
+
+    # ---- background upkeep -------------------------------------------------------------------
+    def flush_touches(self) -> None:
+        touches, self._touches = self._touches, {}
+        if touches:
+            try:
+                self.index.touch(touches)
+            except Exception:
+                log.exception("recording cache access times failed")
+
+    def janitor_pass(self) -> None:
+        """Drop this node's invalidated entries and old tombstones; enforce limits."""
+        self.flush_touches()
+        if not self.store.try_lock("f" * 64):
+            return  # another worker process of this node is doing it
+        try:
+            for entry in self.index.invalid_entries():
+                self._delete_blocks(entry)
+                self.index.remove(entry)
+            now = time.time()
+            self.index.expire_tombstones(now - TOMBSTONE_SECONDS, now - SEEN_SECONDS)
+            self.enforce_limits()
+        finally:
+            self.store.unlock("f" * 64)
+
+    async def start(self) -> None:
+        await self._run(self.store.clear_stale_tmp, 600.0)
+        self._tasks.append(asyncio.ensure_future(self._upkeep()))
+
+    async def _upkeep(self) -> None:
+        last_revalidation = time.monotonic()
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self._run(self.janitor_pass)
+                if self.revalidate_interval and time.monotonic() - last_revalidation >= self.revalidate_interval:
+                    last_revalidation = time.monotonic()
+                    await self._run(self.revalidate_all)
+            except Exception:
+                log.exception("cache upkeep failed")
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        await self._run(self.flush_touches)

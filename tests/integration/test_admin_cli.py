@@ -1,0 +1,134 @@
+"""The ``ferry`` admin commands, run as subprocesses against a real gateway."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.gateway import ADMIN_TOKEN, GatewayProcess, free_port
+from tests.support.seaweed import SeaweedServer
+
+FERRY = str(Path(sys.executable).with_name("ferry"))
+
+
+@pytest.fixture(scope="module")
+def gw(seaweed: SeaweedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    with GatewayProcess(seaweed, tmp_path_factory.mktemp("cli")) as g:
+        yield g
+
+
+def ferry(gw: GatewayProcess, *args: str, token: str | None = ADMIN_TOKEN, timeout: float = 120
+          ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FERRY_")}
+    env.update(FERRY_URL=gw.endpoint, COLUMNS="200")
+    if token:
+        env["FERRY_ADMIN_TOKEN"] = token
+    return subprocess.run([FERRY, *args], capture_output=True, text=True, env=env, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def ok_json(out: subprocess.CompletedProcess[str]) -> Any:
+    assert out.returncode == 0, out.stderr + out.stdout
+    return json.loads(out.stdout)
+
+
+def uid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_tenants_and_keys(gw: GatewayProcess) -> None:
+    name = uid("cli")
+    created = ok_json(ferry(gw, "tenants", "create", name, "--quota", "2GiB", "--json"))
+    assert created["cache_quota_bytes"] == 2 * 1024**3
+    out = ferry(gw, "tenants", "list")
+    assert out.returncode == 0 and name in out.stdout
+    assert ok_json(ferry(gw, "tenants", "quota", name, "500MB", "--json"))["cache_quota_bytes"] == 500 * 10**6
+    assert ok_json(ferry(gw, "tenants", "quota", name, "none", "--json"))["cache_quota_bytes"] is None
+
+    key = ok_json(ferry(gw, "keys", "create", name, "--json"))
+    gw.client(key["access_key"], key["secret_key"]).list_buckets()
+    plain = ferry(gw, "keys", "create", name)
+    assert plain.returncode == 0 and "secret_key=" in plain.stdout
+    listed = ok_json(ferry(gw, "keys", "list", name, "--json"))
+    assert key["access_key"] in [k["access_key"] for k in listed] and all("secret_key" not in k for k in listed)
+    rotated = ok_json(ferry(gw, "keys", "rotate", key["access_key"], "--json"))
+    assert rotated["secret_key"] != key["secret_key"]
+    assert ok_json(ferry(gw, "keys", "disable", key["access_key"], "--json"))["disabled"] is True
+    assert ok_json(ferry(gw, "tenants", "disable", name, "--json"))["disabled"] is True
+    assert ok_json(ferry(gw, "tenants", "disable", name, "--enable", "--json"))["disabled"] is False
+
+
+def test_errors_are_reported(gw: GatewayProcess) -> None:
+    out = ferry(gw, "tenants", "quota", "no-such-tenant", "1GiB")
+    assert out.returncode == 1 and "404" in out.stderr
+    out = ferry(gw, "tenants", "list", token="wrong")
+    assert out.returncode == 2 and "401" in out.stderr
+    out = ferry(gw, "tenants", "list", "--url", f"http://127.0.0.1:{free_port()}")
+    assert out.returncode == 2 and "cannot reach" in out.stderr
+    out = ferry(gw, "policies", "set", "s3://some-bucket/", "--mode", "turbo")
+    assert out.returncode == 1 and "mode" in out.stderr
+
+
+def test_policies(gw: GatewayProcess) -> None:
+    bucket = uid("clipol")
+    rule = ok_json(ferry(gw, "policies", "set", f"s3://{bucket}/hot/", "--pinned", "--ttl", "60", "--json"))
+    assert rule["bucket"] == bucket and rule["prefix"] == "hot/" and rule["pinned"] is True
+    assert rule["id"] in [p["id"] for p in ok_json(ferry(gw, "policies", "list", "--json"))]
+    table = ferry(gw, "policies", "list")
+    assert table.returncode == 0 and bucket in table.stdout
+    eff = ok_json(ferry(gw, "policies", "effective", f"s3://{bucket}/hot/x", "--json"))
+    assert eff["policy"]["pinned"] is True and eff["policy"]["ttl_seconds"] == 60
+    text = ferry(gw, "policies", "effective", f"s3://{bucket}/cold/x")
+    assert text.returncode == 0 and "pinned: False" in text.stdout
+    out = ferry(gw, "policies", "delete", f"s3://{bucket}/hot/")
+    assert out.returncode == 0 and f"deleted policy {rule['id']}" in out.stdout
+    assert ferry(gw, "policies", "delete", str(rule["id"])).returncode == 1
+
+
+def test_stage_shows_progress_until_done(gw: GatewayProcess, seaweed: SeaweedServer) -> None:
+    bucket = seaweed.create_bucket(uid("clistage"))
+    remote = seaweed.client()
+    for i in range(12):
+        remote.put_object(Bucket=bucket, Key=f"ds/{i}", Body=b"s" * 8192)
+    out = ferry(gw, "stage", f"s3://{bucket}/ds/")
+    assert out.returncode == 0, out.stderr
+    assert "done: 12 objects (0 already fresh)" in out.stdout
+    job = ok_json(ferry(gw, "stage", f"s3://{bucket}/ds/", "--json"))
+    assert job["state"] == "done" and job["objects_skipped"] == 12
+    detached = ok_json(ferry(gw, "stage", f"s3://{bucket}/ds/", "--detach", "--json"))
+    assert detached["state"] in ("queued", "running", "done")
+    failed = ferry(gw, "stage", f"s3://{uid('missing')}/")
+    assert failed.returncode == 1 and "NoSuchBucket" in failed.stdout
+
+
+def test_flush_status_and_evict(gw: GatewayProcess, seaweed: SeaweedServer) -> None:
+    s3 = gw.client()
+    bucket = uid("cliflush")
+    s3.create_bucket(Bucket=bucket)
+    for i in range(5):
+        s3.put_object(Bucket=bucket, Key=f"f/{i}", Body=b"f" * 100)
+    out = ferry(gw, "flush", f"s3://{bucket}/f/")
+    assert out.returncode == 0, out.stderr
+    assert "durable=True" in out.stdout
+    assert seaweed.client().list_objects_v2(Bucket=bucket, Prefix="f/")["KeyCount"] == 5
+    assert "durable=True" in ferry(gw, "flush").stdout
+
+    for i in range(5):
+        s3.get_object(Bucket=bucket, Key=f"f/{i}")["Body"].read()
+    status = ok_json(ferry(gw, "status", "--json"))
+    assert {"journal", "cache", "staging"} <= set(status)
+    table = ferry(gw, "status")
+    assert table.returncode == 0 and "write journal" in table.stdout and "read cache" in table.stdout
+    evicted = ok_json(ferry(gw, "evict", f"s3://{bucket}/f/", "--json"))
+    assert evicted["entries"] >= 0
+    assert ferry(gw, "evict").returncode == 1
+    wiped = ferry(gw, "evict", "--wipe")
+    assert wiped.returncode == 0 and "evicted" in wiped.stdout

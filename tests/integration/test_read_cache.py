@@ -1,0 +1,495 @@
+"""The read-through cache against a real SeaweedFS, counting every request the gateway makes
+to it (through tests/support/counting_proxy.py)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.support.counting_proxy import CountingProxy
+from tests.support.gateway import GatewayProcess
+
+MiB = 1024 * 1024
+BLOCK = 4 * MiB
+
+POLICIES = [
+    {"bucket": "*", "prefix": "ttl/", "revalidate": "ttl", "ttl_seconds": 2},
+    {"bucket": "*", "prefix": "always/", "revalidate": "always"},
+    {"bucket": "*", "prefix": "stale/", "revalidate": "ttl", "ttl_seconds": 0.5, "serve_stale": True},
+    {"bucket": "*", "prefix": "strict/", "revalidate": "ttl", "ttl_seconds": 0.5},
+    {"bucket": "*", "prefix": "pin/", "pinned": True},
+    {"bucket": "*", "prefix": "scan/", "admission": "second-hit"},
+    {"bucket": "*", "prefix": "bypass/", "mode": "bypass"},
+    {"bucket": "*", "prefix": "ro/", "mode": "read-only"},
+]
+
+
+def cache_env(**extra: str) -> dict[str, str]:
+    env = {"FERRY_CACHE_BLOCK_BYTES": str(BLOCK), "FERRY_POLICIES": json.dumps(POLICIES),
+           "FERRY_CACHE_REVALIDATE_INTERVAL": "0", "FERRY_POLICY_REFRESH_SECONDS": "0.2"}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def proxy(seaweed: Any) -> Iterator[CountingProxy]:
+    with CountingProxy(seaweed) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def cgw(proxy: CountingProxy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    with GatewayProcess(proxy, tmp_path_factory.mktemp("cache-gw"), env=cache_env()) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def cbucket(seaweed: Any) -> Iterator[str]:
+    name = f"rc-{uuid.uuid4().hex[:12]}"
+    seaweed.client().create_bucket(Bucket=name)
+    yield name
+
+
+@pytest.fixture
+def remote(seaweed: Any) -> Any:
+    return seaweed.client()
+
+
+@pytest.fixture(autouse=True)
+def _healthy(proxy: CountingProxy) -> Iterator[None]:
+    proxy.fail_with = None
+    proxy.reset()
+    yield
+    proxy.fail_with = None
+
+
+def put_remote(remote: Any, bucket: str, key: str, data: bytes, **kwargs: Any) -> str:
+    return str(remote.put_object(Bucket=bucket, Key=key, Body=data, **kwargs)["ETag"]).strip('"')
+
+
+def read(gw: GatewayProcess, bucket: str, key: str, **kwargs: Any) -> bytes:
+    client = gw.client()
+    try:
+        return bytes(client.get_object(Bucket=bucket, Key=key, **kwargs)["Body"].read())
+    finally:
+        client.close()
+
+
+def test_second_read_is_a_local_hit_with_the_remotes_metadata(cgw: GatewayProcess, proxy: CountingProxy,
+                                                             cbucket: str, remote: Any) -> None:
+    data = os.urandom(300_000)
+    put_remote(remote, cbucket, "hit/a.bin", data, ContentType="application/x-test",
+               ContentDisposition='attachment; filename="a.bin"', Metadata={"epoch": "7", "owner": "ml"})
+    direct = remote.head_object(Bucket=cbucket, Key="hit/a.bin")
+    client = cgw.client()
+    first = client.get_object(Bucket=cbucket, Key="hit/a.bin")
+    assert first["Body"].read() == data
+    assert len(proxy.gets("hit/a.bin")) == 1
+    proxy.reset()
+    second = client.get_object(Bucket=cbucket, Key="hit/a.bin")
+    assert second["Body"].read() == data
+    head = client.head_object(Bucket=cbucket, Key="hit/a.bin")
+    assert proxy.requests(key="hit/a.bin") == [], "a hit must not touch the remote"
+    for answer in (second, head):
+        assert answer["ETag"] == direct["ETag"]
+        assert answer["ContentType"] == "application/x-test"
+        assert answer["ContentDisposition"] == 'attachment; filename="a.bin"'
+        assert answer["Metadata"] == {"epoch": "7", "owner": "ml"}
+        assert answer["ContentLength"] == len(data)
+    ranged = client.get_object(Bucket=cbucket, Key="hit/a.bin", Range="bytes=1000-1999")
+    assert ranged["Body"].read() == data[1000:2000]
+    assert ranged["ContentRange"] == f"bytes 1000-1999/{len(data)}"
+    with pytest.raises(ClientError) as err:
+        client.get_object(Bucket=cbucket, Key="hit/a.bin", IfNoneMatch=direct["ETag"])
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 304
+    suffix = client.get_object(Bucket=cbucket, Key="hit/a.bin", Range="bytes=-10")
+    assert suffix["Body"].read() == data[-10:]
+    assert proxy.requests(key="hit/a.bin") == []
+    client.close()
+
+
+def test_empty_and_block_boundary_objects(cgw: GatewayProcess, cbucket: str, remote: Any) -> None:
+    for name, size in (("edge/empty", 0), ("edge/one-block", BLOCK), ("edge/block-plus-one", BLOCK + 1),
+                       ("edge/two-blocks", 2 * BLOCK)):
+        data = os.urandom(size)
+        put_remote(remote, cbucket, name, data)
+        for _ in range(2):
+            assert read(cgw, cbucket, name) == data
+        if size:
+            assert read(cgw, cbucket, name, Range=f"bytes={size - 1}-") == data[-1:]
+
+
+def test_second_epoch_makes_no_remote_get(cgw: GatewayProcess, proxy: CountingProxy, cbucket: str,
+                                          remote: Any) -> None:
+    dataset = {f"epoch/shard-{i:03d}": os.urandom(4096 + i) for i in range(200)}
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda kv: put_remote(remote, cbucket, *kv), dataset.items()))
+    client = cgw.client(max_pool_connections=16)
+
+    def epoch() -> None:
+        def one(key: str) -> None:
+            assert client.get_object(Bucket=cbucket, Key=key)["Body"].read() == dataset[key]
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(one, dataset))
+
+    proxy.reset()
+    epoch()
+    assert len(proxy.gets()) == 200
+    proxy.reset()
+    epoch()
+    assert proxy.gets() == [], "the second epoch must be served locally"
+    client.close()
+
+
+def test_range_reads_of_a_large_object_fetch_only_touched_blocks(cgw: GatewayProcess, proxy: CountingProxy,
+                                                                 cbucket: str, remote: Any) -> None:
+    size = 1024 * MiB
+    pattern = hashlib.sha256(b"ferry").digest() * (MiB // 32)  # 1 MiB, cheap to regenerate
+    mpu = remote.create_multipart_upload(Bucket=cbucket, Key="big/1g.bin")
+    parts = []
+    for number in range(1, 17):  # 16 parts of 64 MiB, each part's bytes tagged by its number
+        body = bytes([number]) * 16 + pattern * 64
+        body = body[: 64 * MiB]
+        etag = remote.upload_part(Bucket=cbucket, Key="big/1g.bin", UploadId=mpu["UploadId"], PartNumber=number,
+                                  Body=body)["ETag"]
+        parts.append({"PartNumber": number, "ETag": etag})
+    remote.complete_multipart_upload(Bucket=cbucket, Key="big/1g.bin", UploadId=mpu["UploadId"],
+                                     MultipartUpload={"Parts": parts})
+
+    def expected(first: int, last: int) -> bytes:
+        out = bytearray()
+        for pos in range(first, last + 1):
+            part, offset = divmod(pos, 64 * MiB)
+            out.append(part + 1 if offset < 16 else pattern[(offset - 16) % len(pattern)])
+        return bytes(out)
+
+    proxy.reset()
+    client = cgw.client()
+    ranges = [(0, 99), (300 * MiB + 5, 300 * MiB + 20), (700 * MiB - 3, 700 * MiB + 3), (size - 10, size - 1)]
+    for first, last in ranges:
+        got = client.get_object(Bucket=cbucket, Key="big/1g.bin", Range=f"bytes={first}-{last}")["Body"].read()
+        assert got == expected(first, last)
+    touched = {b for first, last in ranges for b in range(first // BLOCK, last // BLOCK + 1)}
+    fetched = proxy.bytes_fetched("big/1g.bin")
+    assert len(proxy.gets("big/1g.bin")) == len(touched)
+    assert fetched == len(touched) * BLOCK, f"fetched {fetched} bytes for {len(touched)} blocks"
+    proxy.reset()
+    for first, last in ranges:  # all hits now
+        got = client.get_object(Bucket=cbucket, Key="big/1g.bin", Range=f"bytes={first}-{last}")["Body"].read()
+        assert got == expected(first, last)
+    assert proxy.gets("big/1g.bin") == []
+    client.close()
+    remote.delete_object(Bucket=cbucket, Key="big/1g.bin")
+
+
+def test_changed_object_is_served_within_ttl_and_at_once_with_always(cgw: GatewayProcess, proxy: CountingProxy,
+                                                                      cbucket: str, remote: Any) -> None:
+    put_remote(remote, cbucket, "ttl/obj", b"v1")
+    put_remote(remote, cbucket, "always/obj", b"v1")
+    assert read(cgw, cbucket, "ttl/obj") == b"v1"
+    assert read(cgw, cbucket, "always/obj") == b"v1"
+    changed_at = time.monotonic()
+    put_remote(remote, cbucket, "ttl/obj", b"v2-longer")
+    put_remote(remote, cbucket, "always/obj", b"v2-longer")
+    assert read(cgw, cbucket, "always/obj") == b"v2-longer"
+    proxy.reset()
+    assert read(cgw, cbucket, "always/obj") == b"v2-longer"
+    assert [r.method for r in proxy.requests(key="always/obj")] == ["HEAD"], "always: one conditional HEAD per read"
+    # ttl=2 s: the old bytes may be served until the entry is 2 s old, never after.
+    while True:
+        got = read(cgw, cbucket, "ttl/obj")
+        if got == b"v2-longer":
+            break
+        assert got == b"v1"
+        assert time.monotonic() - changed_at < 2.5, "served past its TTL"
+        time.sleep(0.2)
+    proxy.reset()
+    assert read(cgw, cbucket, "ttl/obj") == b"v2-longer"
+    assert proxy.gets("ttl/obj") == []
+
+
+def test_unchanged_object_past_ttl_is_revalidated_with_a_conditional_request(
+        cgw: GatewayProcess, proxy: CountingProxy, cbucket: str, remote: Any) -> None:
+    put_remote(remote, cbucket, "ttl/same", b"same bytes")
+    assert read(cgw, cbucket, "ttl/same") == b"same bytes"
+    time.sleep(2.2)
+    proxy.reset()
+    assert read(cgw, cbucket, "ttl/same") == b"same bytes"
+    seen = proxy.requests(key="ttl/same")
+    assert [(r.method, r.status) for r in seen] == [("HEAD", 304)], seen
+    proxy.reset()
+    assert read(cgw, cbucket, "ttl/same") == b"same bytes"
+    assert proxy.requests(key="ttl/same") == [], "a 304 refreshes the entry"
+
+
+def test_a_write_through_the_gateway_invalidates_at_once(cgw: GatewayProcess, cbucket: str, remote: Any) -> None:
+    put_remote(remote, cbucket, "w/obj", b"old")
+    assert read(cgw, cbucket, "w/obj") == b"old"
+    client = cgw.client()
+    client.put_object(Bucket=cbucket, Key="w/obj", Body=b"new")
+    assert read(cgw, cbucket, "w/obj") == b"new"
+    cgw.flush()
+    assert read(cgw, cbucket, "w/obj") == b"new"
+    client.delete_object(Bucket=cbucket, Key="w/obj")
+    cgw.flush()
+    with pytest.raises(ClientError) as err:
+        read(cgw, cbucket, "w/obj")
+    assert err.value.response["Error"]["Code"] == "NoSuchKey"
+    client.close()
+
+
+def test_remote_outage_serves_hits_and_refuses_misses(cgw: GatewayProcess, proxy: CountingProxy, cbucket: str,
+                                                     remote: Any) -> None:
+    put_remote(remote, cbucket, "fresh/obj", b"fresh")
+    put_remote(remote, cbucket, "stale/obj", b"stale-ok")
+    put_remote(remote, cbucket, "strict/obj", b"strict")
+    put_remote(remote, cbucket, "cold/obj", b"cold")
+    for key in ("fresh/obj", "stale/obj", "strict/obj"):
+        read(cgw, cbucket, key)
+    time.sleep(0.7)
+    proxy.fail_with = 503
+    assert read(cgw, cbucket, "fresh/obj") == b"fresh"  # within the default TTL: no remote needed
+    assert read(cgw, cbucket, "stale/obj") == b"stale-ok"  # past TTL, serve-stale allowed
+    for key in ("strict/obj", "cold/obj"):
+        with pytest.raises(ClientError) as err:
+            read(cgw, cbucket, key)
+        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        assert err.value.response["Error"]["Code"] in ("ServiceUnavailable", "SlowDown")
+    metrics = metrics_text(cgw)
+    assert 'outcome="stale"' in metrics
+
+
+def metrics_text(gw: GatewayProcess) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{gw.endpoint}/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
+def test_second_hit_admission_keeps_one_off_reads_out(cgw: GatewayProcess, proxy: CountingProxy, cbucket: str,
+                                                      remote: Any) -> None:
+    put_remote(remote, cbucket, "scan/one", b"scan me")
+    for expected_gets in (1, 2, 2):
+        assert read(cgw, cbucket, "scan/one") == b"scan me"
+        assert len(proxy.gets("scan/one")) == expected_gets
+
+
+def test_bypass_never_caches_and_read_only_refuses_writes(cgw: GatewayProcess, proxy: CountingProxy,
+                                                          cbucket: str, remote: Any) -> None:
+    put_remote(remote, cbucket, "bypass/obj", b"b")
+    for _ in range(2):
+        assert read(cgw, cbucket, "bypass/obj") == b"b"
+    assert len(proxy.gets("bypass/obj")) == 2
+    client = cgw.client()
+    with pytest.raises(ClientError) as err:
+        client.put_object(Bucket=cbucket, Key="ro/obj", Body=b"x")
+    assert err.value.response["Error"]["Code"] == "AccessDenied"
+    put_remote(remote, cbucket, "ro/obj", b"readable")
+    assert read(cgw, cbucket, "ro/obj") == b"readable"
+    client.close()
+
+
+def test_a_policy_change_applies_without_restart(cgw: GatewayProcess, proxy: CountingProxy, cbucket: str,
+                                                 remote: Any) -> None:
+    put_remote(remote, cbucket, "live/obj", b"x")
+    read(cgw, cbucket, "live/obj")
+    db = sqlite3.connect(cgw.data_dir / "ferry.db")
+    with db:
+        db.execute("INSERT INTO policies (bucket, prefix, mode, updated_at) VALUES (?, 'live/', 'bypass', ?)",
+                   (cbucket, time.time()))
+    db.close()
+    time.sleep(0.5)
+    proxy.reset()
+    read(cgw, cbucket, "live/obj")
+    assert len(proxy.gets("live/obj")) == 1, "bypass now: read from the remote"
+
+
+def test_a_client_that_hangs_up_leaves_no_corrupt_entry(cgw: GatewayProcess, proxy: CountingProxy, cbucket: str,
+                                                        remote: Any) -> None:
+    data = os.urandom(3 * BLOCK + 12345)
+    put_remote(remote, cbucket, "abort/obj", data)
+    import urllib3
+
+    client = cgw.client(signature_version="s3v4")
+    url = client.generate_presigned_url("get_object", Params={"Bucket": cbucket, "Key": "abort/obj"})
+    http = urllib3.PoolManager()
+    resp = http.request("GET", url, preload_content=False)
+    assert resp.read(1000) == data[:1000]
+    resp.release_conn()
+    resp.close()
+    time.sleep(0.5)
+    assert read(cgw, cbucket, "abort/obj") == data
+    assert read(cgw, cbucket, "abort/obj", Range=f"bytes={2 * BLOCK}-") == data[2 * BLOCK:]
+    client.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Single-flight across worker processes
+
+
+def test_herd_of_32_readers_across_4_workers_fetches_each_block_once(proxy: CountingProxy, cbucket: str,
+                                                                       remote: Any, tmp_path: Path) -> None:
+    size = 64 * MiB
+    data = os.urandom(size)
+    put_remote(remote, cbucket, "herd/64m.bin", data)
+    digest = hashlib.md5(data).hexdigest()
+    with GatewayProcess(proxy, tmp_path / "herd", workers=4, env=cache_env()) as gw:
+        proxy.reset()
+
+        def reader(i: int) -> str:
+            client = gw.client()
+            try:
+                body = client.get_object(Bucket=cbucket, Key="herd/64m.bin")["Body"].read()
+                return hashlib.md5(body).hexdigest()
+            finally:
+                client.close()
+
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            results = list(pool.map(reader, range(32)))
+        assert results == [digest] * 32
+        gets = proxy.gets("herd/64m.bin")
+        blocks = size // BLOCK
+        ranges = [g.range for g in gets]
+        assert len(gets) <= blocks, f"{len(gets)} remote GETs for {blocks} blocks: {ranges}"
+        assert len(set(ranges)) == len(ranges), f"a block was fetched twice: {ranges}"
+        # The discovery GET (whole object) is cut after its first block: bytes in flight may add a little.
+        assert proxy.bytes_fetched("herd/64m.bin") <= size + BLOCK
+
+
+# ---------------------------------------------------------------------------------------------------
+# Capacity: budget, pinning, dirty data, tenant quotas
+
+
+def test_eviction_respects_budget_pins_and_dirty_data(proxy: CountingProxy, cbucket: str, remote: Any,
+                                                      tmp_path: Path) -> None:
+    env = cache_env(FERRY_CACHE_BYTES=str(24 * MiB))
+    with GatewayProcess(proxy, tmp_path / "evict", env=env) as gw:
+        pinned = {f"pin/p{i}": os.urandom(2 * MiB) for i in range(3)}
+        for key, data in pinned.items():
+            put_remote(remote, cbucket, key, data)
+            assert read(gw, cbucket, key) == data
+        client = gw.client()
+        client.put_object(Bucket=cbucket, Key="dirty/known", Body=b"the gateway now knows the bucket")
+        proxy.fail_with = 503  # the remote is down: dirty data can only live locally
+        dirty = os.urandom(3 * MiB)
+        client.put_object(Bucket=cbucket, Key="dirty/obj", Body=dirty)
+        proxy.fail_with = None
+        scan = {f"evict/s{i:02d}": os.urandom(2 * MiB) for i in range(16)}
+        for key, data in scan.items():
+            put_remote(remote, cbucket, key, data)
+        proxy.fail_with = None
+        for key, data in scan.items():
+            proxy.fail_with = None
+            assert read(gw, cbucket, key) == data
+        time.sleep(2.5)  # the janitor enforces the budget
+        db = sqlite3.connect(gw.data_dir / "ferry.db")
+        cached = dict(db.execute("SELECT key, cached_bytes FROM cache_entries WHERE state = 'ready'").fetchall())
+        db.close()
+        assert sum(cached.values()) <= 24 * MiB
+        assert all(cached.get(k) == 2 * MiB for k in pinned), "pinned objects were evicted"
+        assert len([k for k in cached if k.startswith("evict/")]) < 16, "nothing was evicted"
+        proxy.reset()
+        for key, data in pinned.items():
+            assert read(gw, cbucket, key) == data
+        assert proxy.gets() == []
+        assert read(gw, cbucket, "dirty/obj") == dirty
+        assert gw.flush()["durable"]
+        assert remote.get_object(Bucket=cbucket, Key="dirty/obj")["Body"].read() == dirty
+        client.close()
+        assert "ferry_cache_evictions_total" in metrics_text(gw)
+
+
+def test_tenant_quota_is_enforced(proxy: CountingProxy, cbucket: str, remote: Any, tmp_path: Path) -> None:
+    with GatewayProcess(proxy, tmp_path / "quota", env=cache_env()) as gw:
+        db = sqlite3.connect(gw.data_dir / "ferry.db")
+        with db:
+            db.execute("UPDATE tenants SET cache_quota_bytes = ?", (6 * MiB,))
+        for i in range(8):
+            data = os.urandom(MiB)
+            put_remote(remote, cbucket, f"quota/q{i}", data)
+            assert read(gw, cbucket, f"quota/q{i}") == data
+        time.sleep(2.5)
+        used = db.execute("SELECT COALESCE(SUM(cached_bytes), 0) FROM cache_entries WHERE state = 'ready'").fetchone()[0]
+        db.close()
+        assert 0 < used <= 6 * MiB
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bulk revalidation and restart
+
+
+def test_bulk_revalidation_drops_changed_and_deleted_entries_with_one_list(proxy: CountingProxy, cbucket: str,
+                                                                            remote: Any, tmp_path: Path) -> None:
+    env = cache_env(FERRY_CACHE_REVALIDATE_INTERVAL="1", FERRY_CACHE_TTL_SECONDS="3600")
+    with GatewayProcess(proxy, tmp_path / "reval", env=env) as gw:
+        keys = [f"bulk/k{i:03d}" for i in range(50)]
+        for key in keys:
+            put_remote(remote, cbucket, key, key.encode())
+            read(gw, cbucket, key)
+        put_remote(remote, cbucket, "bulk/k007", b"changed")
+        remote.delete_object(Bucket=cbucket, Key="bulk/k011")
+        proxy.reset()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if any(r.method == "GET" and "list-type=2" in r.query for r in proxy.requests()):
+                break
+            time.sleep(0.2)
+        time.sleep(0.5)
+        lists = [r for r in proxy.requests("GET") if "list-type=2" in r.query]
+        assert 1 <= len(lists) <= 3, lists
+        assert read(gw, cbucket, "bulk/k007") == b"changed"
+        with pytest.raises(ClientError):
+            read(gw, cbucket, "bulk/k011")
+        proxy.reset()
+        assert read(gw, cbucket, "bulk/k020") == b"bulk/k020"
+        assert proxy.gets("bulk/k020") == []
+
+
+def test_restart_with_a_million_cached_entries_serves_within_seconds(proxy: CountingProxy, cbucket: str,
+                                                                     remote: Any, tmp_path: Path) -> None:
+    gw = GatewayProcess(proxy, tmp_path / "million", env=cache_env())
+    with gw:
+        put_remote(remote, cbucket, "million/real", b"real")
+        assert read(gw, cbucket, "million/real") == b"real"
+    db = sqlite3.connect(gw.data_dir / "ferry.db")
+    now = time.time()
+    meta = json.dumps({"last_modified": "2026-11-29T00:00:00+00:00"})
+    rows = ((gw_node(db), cbucket, f"million/k{i:07d}", "e" * 32, 4096, BLOCK, meta, "ready", 4096, now, now, now)
+            for i in range(1_000_000))
+    with db:
+        db.executemany("INSERT INTO cache_entries (node_id, bucket, key, etag, size, block_size, meta_json, state, "
+                       "cached_bytes, created_at, validated_at, last_access, pinned, hits) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0)", rows)
+    db.close()
+    started = time.monotonic()
+    with GatewayProcess(proxy, gw.data_dir, env=cache_env(FERRY_CACHE_BYTES=str(1024**4)), port=gw.port):
+        assert read(gw, cbucket, "million/real") == b"real"
+        elapsed = time.monotonic() - started
+    assert elapsed < 10, f"first answer after {elapsed:.1f}s"
+
+
+def gw_node(db: sqlite3.Connection) -> str:
+    return str(db.execute("SELECT node_id FROM cache_entries LIMIT 1").fetchone()[0])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cleanup_bucket(cbucket: str, seaweed: Any) -> Iterator[None]:
+    yield
+    client = seaweed.client()
+    with contextlib.suppress(ClientError):
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=cbucket):
+            for obj in page.get("Contents", []):
+                client.delete_object(Bucket=cbucket, Key=obj["Key"])
+        client.delete_bucket(Bucket=cbucket)

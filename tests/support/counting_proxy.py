@@ -1,0 +1,135 @@
+"""An HTTP proxy in front of SeaweedFS that records every request the gateway makes.
+
+Tests of the read cache count remote requests (GETs per key, bytes per range) through it. It
+forwards bytes unchanged (the Host header included, so SigV4 signatures stay valid) and can be
+told to fail requests, to play a remote outage.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: str
+    range: str | None
+    status: int
+    sent_bytes: int
+
+    @property
+    def key(self) -> str:
+        """The object key of a path-style request (``/bucket/key``), '' for bucket requests."""
+        parts = unquote(self.path).lstrip("/").split("/", 1)
+        return parts[1] if len(parts) == 2 else ""
+
+
+class CountingProxy:
+    def __init__(self, upstream: Any) -> None:
+        self.upstream = upstream
+        split = urlsplit(upstream.endpoint)
+        self._host, self._port = split.hostname or "127.0.0.1", split.port or 80
+        self.access_key = upstream.access_key
+        self.secret_key = upstream.secret_key
+        self.seen: list[Seen] = []
+        self.fail_with: int | None = None  # answer every request with this status (an outage)
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if proxy.fail_with is not None:
+                    self.send_response(proxy.fail_with)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    proxy._record(self, proxy.fail_with, 0)
+                    return
+                conn = http.client.HTTPConnection(proxy._host, proxy._port, timeout=120)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    self.send_response(resp.status, resp.reason)
+                    for name, value in resp.getheaders():
+                        if name.lower() not in HOP_BY_HOP:
+                            self.send_header(name, value)
+                    chunked = (resp.getheader("Content-Length") is None and self.command != "HEAD"
+                               and resp.status not in (204, 304))
+                    if chunked:
+                        self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    sent = 0
+                    while self.command != "HEAD":
+                        chunk = resp.read(256 * 1024)
+                        if not chunk:
+                            break
+                        if chunked:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        else:
+                            self.wfile.write(chunk)
+                        sent += len(chunk)
+                    if chunked:
+                        self.wfile.write(b"0\r\n\r\n")
+                    proxy._record(self, resp.status, sent)
+                finally:
+                    conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _record(self, handler: BaseHTTPRequestHandler, status: int, sent: int) -> None:
+        path, _, query = handler.path.partition("?")
+        with self._lock:
+            self.seen.append(Seen(handler.command, path, query, handler.headers.get("Range"), status, sent))
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> CountingProxy:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seen.clear()
+
+    def requests(self, method: str | None = None, key: str | None = None) -> list[Seen]:
+        with self._lock:
+            return [s for s in self.seen if (method is None or s.method == method)
+                    and (key is None or s.key == key) and "uploads" not in s.query]
+
+    def gets(self, key: str | None = None) -> list[Seen]:
+        return [s for s in self.requests("GET", key) if s.key]
+
+    def bytes_fetched(self, key: str | None = None) -> int:
+        return sum(s.sent_bytes for s in self.gets(key))
+
+    def __enter__(self) -> CountingProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
