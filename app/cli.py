@@ -102,6 +102,7 @@ def serve(
     if dropped:
         typer.echo(f"ferry: removed {dropped} incomplete upload(s) left by an earlier run", err=True)
     from app.logs import configure_logging, uvicorn_log_config
+    from app.server import http_protocol
 
     configure_logging(settings.log_level, settings.log_json)
     typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
@@ -122,6 +123,7 @@ def serve(
         # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
         timeout_graceful_shutdown=5,
         server_header=False,
+        http=http_protocol(settings.zero_copy),  # httptools + the ASGI zerocopysend extension
     )
 
 

@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     tls_key: Path | None = None
     log_json: bool = False
     log_level: str = "info"
+    zero_copy: bool = True  # cache hits sent by the kernel (sendfile) on plain-HTTP connections
 
     region: str = "us-east-1"
     domain: str | None = Field(None, description="Base domain for virtual-hosted-style requests.")

@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from app import metrics
 from app.admin import include_admin
@@ -54,9 +55,10 @@ def control_app(container: Container) -> FastAPI:
     api.include_router(status_router(container))  # /admin/status page, /admin/stats JSON
 
     @api.get("/metrics", include_in_schema=False)
-    def prometheus_metrics() -> Response:
+    async def prometheus_metrics() -> Response:
         """Prometheus text format: every worker's counters plus the catalog's gauges (read once per scrape)."""
-        body, content_type = metrics.exposition(catalog_collector(container))
+        metrics.flush_requests()  # this worker's pending figures; the others write theirs every 0.5 s
+        body, content_type = await run_in_threadpool(metrics.exposition, catalog_collector(container))
         return Response(body, media_type=content_type)
 
     @api.get("/healthz")

@@ -26,8 +26,10 @@ from pathlib import Path
 LOCK_SPACE = 1 << 40
 
 
-def block_name(bucket: str, key: str, etag: str, index: int) -> str:
-    material = "\0".join((bucket, key, etag, str(index))).encode("utf-8", "surrogatepass")
+def block_name(bucket: str, key: str, etag: str, index: int, block_size: int) -> str:
+    """The block size is part of the name: after a change of FERRY_CACHE_BLOCK_BYTES an old
+    entry's blocks can never be read at the new block boundaries."""
+    material = "\0".join((bucket, key, etag, str(block_size), str(index))).encode("utf-8", "surrogatepass")
     return hashlib.sha256(material).hexdigest()
 
 

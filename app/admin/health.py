@@ -43,7 +43,8 @@ def router(container: Container) -> APIRouter:
             names.append("broker")
             probes.append(check_broker(settings.broker_url, 3.0))
         results: list[CheckResult] = list(await asyncio.gather(*probes))
-        checks = {name: CheckOut(ok=r.ok, latency_ms=r.latency_ms, detail=r.detail) for name, r in zip(names, results, strict=True)}
+        checks = {name: CheckOut(ok=r.ok, latency_ms=r.latency_ms, detail=r.detail)
+                  for name, r in zip(names, results, strict=True)}
         body = ReadyOut(ready=all(r.ok for r in results), checks=checks)
         return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
 

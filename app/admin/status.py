@@ -151,6 +151,7 @@ def status_router(container: Container, auth: Authenticator | None = None) -> AP
     @api.get("/admin/stats", dependencies=auth.read())
     async def stats() -> dict[str, Any]:
         """Cumulative counters (all workers) and the catalog's live figures; poll it and diff."""
+        metrics.flush_requests()
         return await run(stats_document, container)
 
     return api

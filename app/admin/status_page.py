@@ -90,10 +90,14 @@ PAGE = """<!doctype html>
           destage failures <span id="destage-failures" data-value="0">-</span></div></div>
     </div>
     <div class="charts">
-      <section><h2>Cache hit ratio</h2><svg class="chart" id="chart-hit" viewBox="0 0 600 170" role="img" aria-label="hit ratio over time"></svg></section>
-      <section><h2>Request rate (req/s)</h2><svg class="chart" id="chart-rate" viewBox="0 0 600 170" role="img" aria-label="request rate over time"></svg></section>
-      <section><h2>Dirty bytes</h2><svg class="chart" id="chart-dirty" viewBox="0 0 600 170" role="img" aria-label="dirty bytes over time"></svg></section>
-      <section><h2>Destage lag (s)</h2><svg class="chart" id="chart-lag" viewBox="0 0 600 170" role="img" aria-label="destage lag over time"></svg></section>
+      <section><h2>Cache hit ratio</h2><svg class="chart" id="chart-hit" viewBox="0 0 600 170" role="img"
+        aria-label="hit ratio over time"></svg></section>
+      <section><h2>Request rate (req/s)</h2><svg class="chart" id="chart-rate" viewBox="0 0 600 170" role="img"
+        aria-label="request rate over time"></svg></section>
+      <section><h2>Dirty bytes</h2><svg class="chart" id="chart-dirty" viewBox="0 0 600 170" role="img"
+        aria-label="dirty bytes over time"></svg></section>
+      <section><h2>Destage lag (s)</h2><svg class="chart" id="chart-lag" viewBox="0 0 600 170" role="img"
+        aria-label="destage lag over time"></svg></section>
     </div>
     <section><h2>Cache usage per tenant</h2>
       <table id="tenants"><thead><tr><th>tenant</th><th>cached</th><th>pinned</th><th>objects</th>

@@ -28,6 +28,15 @@ class ObjectMeta:
         return self.content_headers.get("content-type", "binary/octet-stream")
 
 
+@dataclass(frozen=True, slots=True)
+class FileSegment:
+    """Bytes ``offset .. offset+length-1`` of a local file: a hit the server may send zero-copy."""
+
+    path: str
+    offset: int
+    length: int
+
+
 @dataclass(slots=True)
 class ObjectSummary:
     key: str

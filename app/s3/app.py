@@ -7,8 +7,9 @@ DESIGN.md's measurements), and S3 routing depends on query and headers, not only
 from __future__ import annotations
 
 import logging
+import os
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 import anyio.to_thread
@@ -16,6 +17,7 @@ import anyio.to_thread
 from app import metrics
 from app.adapters.catalog.repo import Catalog
 from app.domain.errors import S3Error
+from app.domain.objects import FileSegment
 from app.logs import REQUEST_ID, new_request_id
 from app.s3 import xml
 from app.s3.request import ClientDisconnected, S3Request, parse_query, split_target
@@ -30,6 +32,10 @@ access_log = logging.getLogger("ferry.access")  # one line per request at DEBUG 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+ZEROCOPY = "http.response.zerocopysend"  # ASGI Zero Copy Send, offered by app/server/zerocopy.py
+ZEROCOPY_MIN_BYTES = 64 * 1024  # below this the body iterator's single inline read wins
+EAGER_OPEN = 16  # segments (block files) opened before the answer starts; later ones as they come
 
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 _QUERY_CREDENTIAL = re.compile(rb"(?:^|&)X-Amz-Credential=([^&%]+)(?:%2F|/)", re.IGNORECASE)
@@ -104,7 +110,7 @@ class S3App:
             # not send it, so the connection cannot carry another request (it would be read as
             # this one's body). Close it.
             response.headers.append(("Connection", "close"))
-        await self._send(send, response, request_id, head=method == "HEAD")
+        await self._send(send, response, request_id, head=method == "HEAD", extensions=scope.get("extensions"))
 
     async def _parse(self, scope: Scope, receive: Receive, request_id: str) -> S3Request:
         headers = _headers(scope["headers"])
@@ -140,7 +146,8 @@ class S3App:
         return response
 
     @staticmethod
-    async def _send(send: Send, response: Response, request_id: str, *, head: bool) -> None:
+    async def _send(send: Send, response: Response, request_id: str, *, head: bool,
+                    extensions: Mapping[str, Any] | None = None) -> None:
         headers = [(k.encode("latin-1", "replace") if not k.isascii() else k.encode(),
                     v.encode("latin-1") if _latin1(v) else v.encode("utf-8"))
                    for k, v in response.headers]
@@ -155,7 +162,12 @@ class S3App:
             return
         if response.length is not None:
             headers.append((b"content-length", str(response.length).encode()))
+        # Opened before the answer starts: a block evicted since the lookup still gets the body iterator.
+        opened = _open_segments(response, extensions) if not head else None
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        if opened is not None:
+            await _send_segments(send, response.files or [], opened)
+            return
         sent = 0
         async for chunk in body:
             sent += len(chunk)
@@ -164,6 +176,47 @@ class S3App:
             # Never let a short body look complete: drop the connection instead.
             raise RuntimeError(f"body ended after {sent} of {response.length} bytes")
         await send({"type": "http.response.body", "body": b""})
+
+
+def _open_segments(response: Response, extensions: Mapping[str, Any] | None) -> list[int] | None:
+    """Descriptors of the first segments of a body the server can send zero-copy, or None for the
+    body iterator: no such server (TLS, h11, FERRY_ZERO_COPY=false), a small body (the iterator's
+    inline read is cheaper), or a block file gone since the lookup."""
+    files = response.files
+    if (files is None or not extensions or ZEROCOPY not in extensions or response.length is None
+            or response.length < ZEROCOPY_MIN_BYTES or sum(s.length for s in files) != response.length):
+        return None
+    fds: list[int] = []
+    try:
+        for segment in files[:EAGER_OPEN]:
+            fds.append(os.open(segment.path, os.O_RDONLY))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return fds
+
+
+async def _send_segments(send: Send, files: list[FileSegment], opened: list[int]) -> None:
+    """The body as zerocopysend messages. Segments past the eagerly opened ones are opened as they
+    come; one evicted by then fails the response, which drops the connection (never a short body)."""
+    pending = list(opened)
+    try:
+        for index, segment in enumerate(files):
+            fd = pending[index] if index < len(pending) else os.open(segment.path, os.O_RDONLY)
+            try:
+                await send({"type": ZEROCOPY, "file": fd, "offset": segment.offset, "count": segment.length,
+                            "more_body": True})
+            finally:
+                os.close(fd)
+                if index < len(pending):
+                    pending[index] = -1
+    finally:
+        for fd in pending:
+            if fd >= 0:
+                os.close(fd)
+    await send({"type": "http.response.body", "body": b""})
+    metrics.zerocopy_sent(sum(segment.length for segment in files))
 
 
 def log_access(scope: Scope, stats: metrics.RequestStats) -> None:

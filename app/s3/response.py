@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from email.utils import format_datetime
 
-from app.domain.objects import ObjectMeta
+from app.domain.objects import FileSegment, ObjectMeta
 
 XML_TYPE = "application/xml"
 
@@ -18,6 +18,8 @@ class Response:
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes | AsyncIterator[bytes] = b""
     length: int | None = None  # for streamed bodies (Content-Length)
+    # The streamed body's bytes as local file ranges, when the server can send files itself.
+    files: list[FileSegment] | None = None
 
     @classmethod
     def xml(cls, body: bytes, status: int = 200) -> Response:

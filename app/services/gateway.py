@@ -34,7 +34,7 @@ from app.adapters.remote import RemoteStore
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.names import validate_bucket_name, validate_key, validate_object_size
-from app.domain.objects import BucketInfo, ListPage, ObjectMeta, ObjectSummary, PartInfo, UploadInfo
+from app.domain.objects import BucketInfo, FileSegment, ListPage, ObjectMeta, ObjectSummary, PartInfo, UploadInfo
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.services.destage import Destager, UploadSpec, upload
@@ -104,6 +104,7 @@ class ObjectRead:
     byte_range: ByteRange | None
     stream: AsyncIterator[bytes]
     close: Callable[[], None]
+    files: list[FileSegment] | None = None  # the same bytes as local file ranges (cache hits)
 
 
 @dataclass
@@ -261,10 +262,18 @@ class Gateway:
         if max_keys <= 0:
             await self.head_bucket(bucket)
             return ListPage([], [], False, None)
-        start_after = marker
-        if marker and delimiter and marker.endswith(delimiter) and marker.startswith(prefix):
-            # The marker is a common prefix: skip everything rolled up under it.
-            start_after = marker + "\U0010ffff"
+        start_after = listing_start(marker, prefix, delimiter)
+        for _ in range(1000):
+            page = await self._list_merged(bucket, prefix, delimiter, marker, start_after, max_keys)
+            if page.contents or page.common_prefixes or not page.is_truncated:
+                return page
+            # Only deleted local rows in this stretch: read on from the position reached. It is
+            # not a name the client saw, so it must not travel as a marker (see listing_start).
+            start_after = page.next_marker
+        return page
+
+    async def _list_merged(self, bucket: str, prefix: str, delimiter: str | None, marker: str | None,
+                           start_after: str | None, max_keys: int) -> ListPage:
         # Local rows first, then the remote: a row that turns durable in between is then seen on
         # one side or both (merged), never on neither.
         fetch = max_keys + 1
@@ -309,7 +318,7 @@ class Gateway:
         if self.cache is not None and policy.caches:
             cached = await self.cache.read(bucket, key, range_header, byte_range, policy, tenant_id)
             if cached is not None:
-                return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close)
+                return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files)
         elif self.cache is not None:
             metrics.cache_outcome("bypass", bucket, tenant_id)
         return await self._get_remote(bucket, key, range_header, byte_range)
@@ -729,6 +738,19 @@ def _local_meta(row: VersionRow) -> ObjectMeta:
     return ObjectMeta(key=row.key, size=row.size, etag=row.etag, last_modified=row.created_at,
                       content_headers=dict(row.content_headers), metadata=dict(row.metadata),
                       checksums=dict(row.checksums), parts_count=len(row.blobs) if row.multipart else None)
+
+
+def listing_start(marker: str | None, prefix: str, delimiter: str | None) -> str | None:
+    """Where the next page starts: after the marker, and past everything rolled up under it when
+    the marker is a common prefix (its first delimiter after the prefix is its end). A key that
+    merely ends with the delimiter (a merged page's limit) is not one: what follows it may still
+    roll up into a shorter prefix not listed yet."""
+    if not marker or not delimiter or not marker.startswith(prefix):
+        return marker
+    rest = marker[len(prefix):]
+    if rest.endswith(delimiter) and rest.find(delimiter) == len(rest) - len(delimiter):
+        return marker + "\U0010ffff"
+    return marker
 
 
 def merge_listing(page: ListPage, local: list[VersionRow], prefix: str, delimiter: str | None,

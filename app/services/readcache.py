@@ -33,7 +33,7 @@ from app.adapters.cachestore import CacheStore, block_name, meta_lock_name
 from app.adapters.catalog.cache_index import CacheIndex, Entry
 from app.adapters.remote import RemoteStore
 from app.domain.errors import S3Error
-from app.domain.objects import ObjectMeta
+from app.domain.objects import FileSegment, ObjectMeta
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
@@ -58,6 +58,7 @@ class CachedRead:
     stream: AsyncIterator[bytes]
     close: Callable[[], None]
     outcome: str
+    files: list[FileSegment] | None = None
 
 
 def _outcome(outcome: str, bucket: str, tenant: int | None) -> None:
@@ -179,17 +180,37 @@ class ReadCache:
         _outcome(outcome, bucket, tenant_id)
         rng = byte_range(entry.size) if range_header else None
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
-        stream = self._stream(entry, first, last, outcome)
-        return CachedRead(entry.meta, rng, stream, lambda: None, outcome)
+        files = self._segments(entry, first, last) if outcome != "miss" else None
+        if files is not None:
+            metrics.served_bytes(outcome, bucket, max(0, last - first + 1))
+        stream = self._stream(entry, first, last, outcome, record=files is None)
+        return CachedRead(entry.meta, rng, stream, lambda: None, outcome, files)
+
+    def _segments(self, entry: Entry, first: int, last: int) -> list[FileSegment] | None:
+        """The range as block-file segments when every block is local (a full hit), else None."""
+        if last < first:
+            return []
+        size = entry.block_size
+        segments = []
+        for idx in range(first // size, last // size + 1):
+            path = self.store.path(self._name(entry, idx))
+            length = entry.block_length(idx)
+            if self.store.size_of(self._name(entry, idx)) != length:
+                return None
+            start = max(first, idx * size) - idx * size
+            end = min(last, idx * size + length - 1) - idx * size
+            segments.append(FileSegment(str(path), start, end - start + 1))
+        return segments
 
     def _touch(self, entry: Entry) -> None:
         _, hits = self._touches.get(entry.id, (0.0, 0))
         self._touches[entry.id] = (time.time(), hits + 1)
 
-    async def _stream(self, entry: Entry, first: int, last: int, outcome: str) -> AsyncIterator[bytes]:
+    async def _stream(self, entry: Entry, first: int, last: int, outcome: str, *,
+                      record: bool = True) -> AsyncIterator[bytes]:
         if last < first:
             return
-        size = self.block_size
+        size = entry.block_size
         b0, b1 = first // size, last // size
         pending: dict[int, asyncio.Task[tuple[Any, bool]]] = {}
         served = 0
@@ -211,7 +232,8 @@ class ReadCache:
         finally:
             for task in pending.values():
                 task.cancel()
-            metrics.served_bytes(outcome, entry.bucket, served)
+            if record:
+                metrics.served_bytes(outcome, entry.bucket, served)
 
     async def _serve(self, source: Any, start: int, end: int) -> AsyncIterator[bytes]:
         if isinstance(source, Fill):
@@ -243,7 +265,7 @@ class ReadCache:
 
     @staticmethod
     def _name(entry: Entry, index: int) -> str:
-        return block_name(entry.bucket, entry.key, entry.etag, index)
+        return block_name(entry.bucket, entry.key, entry.etag, index, entry.block_size)
 
     async def acquire(self, entry: Entry, index: int) -> tuple[Any, bool]:
         """A source for block ``index``: its file path, or the Fill that is fetching it. The flag
@@ -283,7 +305,7 @@ class ReadCache:
             error: BaseException | None = None
             try:
                 if src is None:
-                    first = index * self.block_size
+                    first = index * entry.block_size
                     _, src = self.remote.get_object(entry.bucket, entry.key, f"bytes={first}-{first + length - 1}",
                                                     if_match=entry.etag)
                 while True:
@@ -297,8 +319,11 @@ class ReadCache:
                 if fill.file.written != length:
                     raise S3Error("ServiceUnavailable", f"the remote sent {fill.file.written} of {length} bytes")
                 self.store.publish(fill.file)
-                self.index.add_bytes(entry.id, length)
                 metrics.remote_fetched(length)
+                if not self.index.add_bytes(entry.id, length):
+                    # The entry was evicted or replaced while this block was in flight: an
+                    # unaccounted block would be space nobody can reclaim.
+                    self.store.delete(name)
             except BaseException as exc:  # the readers get the error; the next read refetches
                 error = exc
                 self.store.discard(fill.file)
@@ -373,11 +398,11 @@ class ReadCache:
             if meta.size <= index * self.block_size and meta.size:
                 index = 0
             cached = 0
-            if old is not None and old.etag == meta.etag:
+            if old is not None and old.etag == meta.etag and old.block_size == self.block_size:
                 cached = old.cached_bytes
             entry = await self._run(self.index.put_ready, meta, bucket, self.block_size, tenant_id, policy.pinned,
                                     started, cached)
-            if old is not None and old.etag != meta.etag:
+            if old is not None and (old.etag != meta.etag or old.block_size != self.block_size):
                 await self._run(self._delete_blocks, old)
             if entry is None:
                 if body is not None:
@@ -481,7 +506,10 @@ class ReadCache:
             used = self.index.total_bytes(tenant_id=tenant_id)
             if used > quota:
                 freed += self.evict(used - quota, tenant_id=tenant_id, reason="tenant-quota")
-        for bucket in self.index.buckets():
+        rules = self.policies.rules()
+        with_quota = {r.bucket for r in rules if r.quota_bytes is not None}
+        buckets = self.index.buckets() if "*" in with_quota else sorted(with_quota)
+        for bucket in buckets:
             quota = self.policies.for_bucket(bucket).quota_bytes
             if quota is not None:
                 used = self.index.total_bytes(bucket=bucket)
@@ -613,7 +641,7 @@ class ReadCache:
             except Exception:
                 log.exception("recording cache access times failed")
 
-    def janitor_pass(self) -> None:
+    def janitor_pass(self, enforce: bool = True) -> None:
         """Drop this node's invalidated entries and old tombstones; enforce limits."""
         self.flush_touches()
         if not self.store.try_lock("f" * 64):
@@ -624,7 +652,8 @@ class ReadCache:
                 self.index.remove(entry)
             now = time.time()
             self.index.expire_tombstones(now - TOMBSTONE_SECONDS, now - SEEN_SECONDS)
-            self.enforce_limits()
+            if enforce:
+                self.enforce_limits()
         finally:
             self.store.unlock("f" * 64)
 
@@ -634,10 +663,14 @@ class ReadCache:
 
     async def _upkeep(self) -> None:
         last_revalidation = time.monotonic()
+        passes = 0
         while True:
             await asyncio.sleep(1.0)
+            passes += 1
             try:
-                await self._run(self.janitor_pass)
+                # Limits are summed over the whole index: every few seconds is enough, since
+                # fills also trigger a check once they add 1% of the budget.
+                await self._run(self.janitor_pass, passes % 3 == 0)
                 if self.revalidate_interval and time.monotonic() - last_revalidation >= self.revalidate_interval:
                     last_revalidation = time.monotonic()
                     await self._run(self.revalidate_all)

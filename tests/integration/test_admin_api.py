@@ -463,3 +463,18 @@ def test_openapi_schema_is_served(anon: httpx.Client) -> None:
                  "/admin/cache/usage", "/admin/remotes/{remote_id}/check", "/readyz", "/admin/flush"):
         assert path in schema["paths"], path
     assert "AdminToken" in schema["components"]["securitySchemes"]
+
+
+def test_staging_job_of_a_killed_gateway_is_marked_failed(seaweed: SeaweedServer, tmp_path: Any) -> None:
+    bucket = seaweed.create_bucket(uid("stk"))
+    remote = seaweed.client()
+    for i in range(300):
+        remote.put_object(Bucket=bucket, Key=f"k/{i:04d}", Body=b"k" * 1024)
+    with GatewayProcess(seaweed, tmp_path / "gw") as g:
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        job = httpx.post(f"{g.endpoint}/admin/staging", json={"bucket": bucket, "prefix": "k/"}, headers=headers,
+                         timeout=30).json()
+        g.kill()  # mid-job: nothing can finish it
+        g.start()
+        after = httpx.get(f"{g.endpoint}/admin/staging/{job['id']}", headers=headers, timeout=30).json()
+        assert after["state"] == "failed" and "interrupted" in after["error"]

@@ -234,8 +234,14 @@ def test_nothing_escaped_the_data_dir(gateway: GatewayProcess, gateway_tls: Gate
         root = gw.data_dir.resolve()
         entries = set(os.listdir(root))
         assert entries <= {"tmp", "blobs", "gateway.log", "ferry.db", "ferry.db-wal", "ferry.db-shm",
-                           "ferry.db-journal", "metrics"}, entries  # metrics: prometheus multiprocess files
+                           "ferry.db-journal", "metrics", "cache"}, entries  # metrics: prometheus multiprocess files
         assert {"tmp", "blobs"} <= entries
+        cache = root / "cache"
+        if cache.exists():  # the read cache: block files named by sha256, never by a key
+            assert set(os.listdir(cache)) <= {"blocks", "tmp", "locks"}
+            for dirpath, _dirnames, filenames in os.walk(cache / "blocks"):
+                assert all(re.fullmatch(r"[0-9a-f]{64}", f) and f.startswith(Path(dirpath).name) for f in filenames)
+            assert all(re.fullmatch(r"[0-9a-f]{64}\.[0-9a-f]{8}", f) for f in os.listdir(cache / "tmp"))
         assert os.listdir(root / "tmp") == []  # every staged body was committed or discarded
         for dirpath, dirnames, filenames in os.walk(root / "blobs"):
             rel = Path(dirpath).relative_to(root / "blobs")
@@ -248,7 +254,7 @@ def test_nothing_escaped_the_data_dir(gateway: GatewayProcess, gateway_tls: Gate
         for key in HOSTILE:
             if "\x00" in key or key in (".", "..", "//"):  # NUL: not a path; the others name existing dirs
                 continue
-            for base in (root, root / "tmp", root / "blobs"):
+            for base in (root, root / "tmp", root / "blobs", root / "cache", root / "cache" / "blocks"):
                 assert not os.path.lexists(os.path.join(base, key)), key
     # Around the data dirs (others may be creating files there meanwhile): nothing new named
     # like any part of a hostile key.

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from app.adapters.catalog.journal import BlobRef, VersionRow
 from app.domain.objects import ListPage, ObjectSummary
 from app.domain.states import ALLOWED, VersionState, backoff_seconds, check_transition
-from app.services.gateway import merge_listing
+from app.services.gateway import listing_start, merge_listing
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -64,8 +64,8 @@ def _list_all(remote: list[str], local: dict[str, str], prefix: str, delimiter: 
     out: list[str] = []
     marker: str | None = None
     rows = [_row(i, k, op) for i, (k, op) in enumerate(sorted(local.items()), start=1)]
+    start = listing_start(marker, prefix, delimiter)
     for _ in range(500):
-        start = marker + "\U0010ffff" if marker and delimiter and marker.endswith(delimiter) else marker
         rp = _remote_pages(remote, prefix, delimiter, start, page)
         fetch = page + 1
         lrows = [r for r in rows if r.key.startswith(prefix) and (start is None or r.key > start)][:fetch]
@@ -75,7 +75,11 @@ def _list_all(remote: list[str], local: dict[str, str], prefix: str, delimiter: 
         if not merged.is_truncated:
             return out
         assert merged.next_marker is not None
-        marker = merged.next_marker
+        if merged.contents or merged.common_prefixes:  # as Gateway.list_objects pages
+            marker = merged.next_marker
+            start = listing_start(marker, prefix, delimiter)
+        else:
+            start = merged.next_marker
     raise AssertionError("listing did not terminate")
 
 

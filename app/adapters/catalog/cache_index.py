@@ -89,14 +89,6 @@ class CacheIndex:
             row = conn.execute(self._get, {"n": self.node_id, "b": bucket, "k": key}).first()
         return _entry(row) if row is not None else None
 
-    def written_since(self, bucket: str, key: str, since: float) -> bool:
-        """Whether a write through any gateway replaced this key after ``since`` (a discovery that
-        started before it must not cache what it read)."""
-        q = select(func.count()).select_from(T).where(
-            T.c.bucket == bucket, T.c.key == key, T.c.state == "invalid", T.c.validated_at >= since)
-        with self.engine.connect() as conn:
-            return bool(conn.execute(q).scalar())
-
     def put_ready(self, meta: ObjectMeta, bucket: str, block_size: int, tenant_id: int | None,
                   pinned: bool, started: float, cached_bytes: int = 0) -> Entry | None:
         """Record a discovered version (replacing this node's previous row for the key); None
@@ -138,9 +130,11 @@ class CacheIndex:
                 return True
         return False
 
-    def add_bytes(self, entry_id: int, nbytes: int) -> None:
+    def add_bytes(self, entry_id: int, nbytes: int) -> bool:
+        """Account a published block; False when the entry is gone (evicted or replaced meanwhile)."""
         with self.engine.begin() as conn:
-            conn.execute(update(T).where(T.c.id == entry_id).values(cached_bytes=T.c.cached_bytes + nbytes))
+            return bool(conn.execute(update(T).where(T.c.id == entry_id, T.c.state == "ready")
+                                     .values(cached_bytes=T.c.cached_bytes + nbytes)).rowcount)
 
     def validated(self, entry_ids: Iterable[int], at: float | None = None) -> None:
         ids = list(entry_ids)

@@ -88,10 +88,10 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
     headers = object_headers(read.meta)
     if read.byte_range is not None:
         headers.append(("Content-Range", read.byte_range.content_range))
-        return Response(206, _with_overrides(req, headers), read.stream, read.byte_range.length)
+        return Response(206, _with_overrides(req, headers), read.stream, read.byte_range.length, read.files)
     if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
         headers += checksum_headers(read.meta.checksums)
-    return Response(200, _with_overrides(req, headers), read.stream, read.meta.size)
+    return Response(200, _with_overrides(req, headers), read.stream, read.meta.size, read.files)
 
 
 async def put_object(req: S3Request, gw: Gateway) -> Response:
