@@ -1,6 +1,6 @@
 """Ferry's benchmark suite: every workload of issue 6, all contenders side by side, one command.
 
-    sudo -E .venv/bin/python -m bench --profile full --link both          # netsim remote, writes docs/benchmarks.md
+    sudo .venv/bin/python -m bench --profile full --link both             # netsim remote (root), writes docs/benchmarks.md
     .venv/bin/python -m bench --profile smoke                             # loopback SeaweedFS, < 90 s, report in a temp dir
     .venv/bin/python -m bench --remote-endpoint https://s3... --link regional   # any S3 endpoint (keys: AWS_* env)
 
@@ -114,12 +114,16 @@ def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, l
         for run in range(args.runs):
             log(f"---- {link_name} run {run + 1}/{args.runs}")
             for workload in selected:
-                if workload == "disk":
-                    bench.disk(run)
-                elif workload == "checkpoint":
-                    bench.checkpoint(run, src)
-                elif workload in ("small_put", "cold_read", "warm_read", "cold_epoch", "warm_epoch", "small_get"):
-                    getattr(bench, workload)(run)
+                try:  # one broken workload must not lose the others' numbers
+                    if workload == "disk":
+                        bench.disk(run)
+                    elif workload == "checkpoint":
+                        bench.checkpoint(run, src)
+                    elif workload in ("small_put", "cold_read", "warm_read", "cold_epoch", "warm_epoch", "small_get"):
+                        getattr(bench, workload)(run)
+                except Exception as exc:
+                    bench.errors.append(f"{workload} (run {run + 1}): {type(exc).__name__}: {str(exc)[:300]}")
+                    log(f"ERROR {bench.errors[-1]}")
         if "herd" in selected:
             log(f"---- {link_name} herd")
             bench.herd(0, herd_factories(lwork, nginx_bin, profile))
@@ -127,6 +131,9 @@ def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, l
             ferry = contenders["ferry"]
             assert isinstance(ferry, Ferry)
             bench.scale(ferry)
+    except Exception as exc:
+        bench.errors.append(f"{link_name}: {type(exc).__name__}: {str(exc)[:300]}")
+        log(f"ERROR {bench.errors[-1]}")
     finally:
         for s in reversed(started):
             with contextlib.suppress(Exception):

@@ -131,7 +131,7 @@ class RemoteRegion:
         elif self.kind == "netsim":
             if os.geteuid() != 0:
                 raise SystemExit("the netsim remote needs root (or use --profile smoke / --remote-endpoint)")
-            self._fresh_netsim = not Path(os.environ.get("NETSIM_DIR", "/tmp/netsim")).exists()
+            self._fresh_netsim = not Path("/sys/class/net/netsim0").exists()  # we bring it up: we own its objects
             self.remote = netsim_remote()
         else:
             raise ValueError(self.kind)

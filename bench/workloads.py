@@ -333,7 +333,13 @@ class Bench:
         """32 readers of one cold object at once; a counting relay measures what the remote sent."""
         for name, factory in make.items():
             relay = CountingRelay(self.remote.endpoint).start()
-            c, stop = factory(self.remote.via(relay.endpoint))
+            try:
+                c, stop = factory(self.remote.via(relay.endpoint))
+            except Exception as exc:
+                relay.stop()
+                self.errors.append(f"herd/{name}: could not start: {exc}"[:400])
+                log(f"ERROR {self.errors[-1]}")
+                continue
             key = f"herd/{self.link}/{name}/0"
 
             def one(c: Contender = c, key: str = key, relay: CountingRelay = relay) -> dict[str, Any]:
@@ -363,6 +369,15 @@ class Bench:
 
     def scale(self, ferry: Ferry, small_key: str = "base/small4k") -> None:
         """Hit p50 with 1k vs 1M catalog entries, and start-up time with 1M: needs the read-cache catalog."""
+        try:
+            self._scale(ferry, small_key)
+        except Exception as exc:
+            msg = f"scale/{ferry.name}: {type(exc).__name__}: {str(exc)[:300]}"
+            log("ERROR " + msg)
+            self.errors.append(msg)
+            self.results.setdefault("scale", {}).setdefault(ferry.name, []).append({"error": msg[:200]})
+
+    def _scale(self, ferry: Ferry, small_key: str) -> None:
         with sqlite3.connect(f"file:{ferry.db_path}?mode=ro", uri=True) as db:
             has = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='cache_entries'").fetchone()
         if not has:

@@ -130,7 +130,9 @@ class S3App:
             # malformed SigV4 query, or nothing at all).
             self.verifier.verify(parts)
             raise S3Error("AccessDenied", "Anonymous access is not allowed.")
-        _secret, tenant = await anyio.to_thread.run_sync(self.catalog.lookup_key, access_key)
+        known = self.catalog.cached_key(access_key)
+        _secret, tenant = known if known is not None else await anyio.to_thread.run_sync(
+            self.catalog.lookup_key, access_key)
         req.auth = self.verifier.verify(parts)
         req.tenant_id = tenant
 

@@ -40,7 +40,7 @@ from app.domain.ranges import ByteRange
 from app.services.destage import Destager, UploadSpec, upload
 from app.services.executor import Executor
 from app.services.policies import PolicyBook
-from app.services.readcache import ReadCache
+from app.services.readcache import LOOKUP, ReadCache
 
 T = TypeVar("T")
 
@@ -127,7 +127,8 @@ class Gateway:
                  part_concurrency: int = 8, journal: Journal | None = None,
                  executor: Executor | None = None, mode: str = "write-through",
                  buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None,
-                 cache: ReadCache | None = None, policies: PolicyBook | None = None) -> None:
+                 cache: ReadCache | None = None, policies: PolicyBook | None = None,
+                 inline_lookups: bool = False) -> None:
         self.catalog = catalog
         self.blobs = blobs
         self.remote = remote
@@ -141,6 +142,9 @@ class Gateway:
         self.destager = destager
         self.cache = cache
         self.policies = policies
+        # SQLite point lookups (tens of µs, never blocked by writers in WAL mode) run on the event
+        # loop: a thread hop costs more than the query. A networked catalog keeps them in threads.
+        self.inline_lookups = inline_lookups
         self._reserved = 0  # bytes of bodies being received by this process
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
 
@@ -297,26 +301,41 @@ class Gateway:
     # ---- reading -----------------------------------------------------------------------------
     async def head_object(self, bucket: str, key: str, tenant_id: int | None = None) -> ObjectMeta:
         validate_key(key)
-        row = await self._dirty(bucket, key)
+        policy = self.policy(bucket, key)
+        row, entry = await self._lookup(bucket, key, policy)
         if row is not None:
             return _local_meta(row)
-        policy = self.policy(bucket, key)
         if self.cache is not None and policy.caches:
-            return await self.cache.head(bucket, key, policy, tenant_id)
+            return await self.cache.head(bucket, key, policy, tenant_id, entry)  # entry None: known absent
         return await self._run(self.remote.head_object, bucket, key)
+
+    async def _lookup(self, bucket: str, key: str, policy: Policy) -> tuple[VersionRow | None, Any]:
+        if self.inline_lookups:
+            return self._local_state(bucket, key, policy)
+        return await self._run(self._local_state, bucket, key, policy)
+
+    def _local_state(self, bucket: str, key: str, policy: Policy) -> tuple[VersionRow | None, Any]:
+        """The key's newest buffered version and its cache entry, in one thread hop: both are
+        point lookups, and on a hit the hop costs more than the queries."""
+        row = self.journal.latest_dirty(bucket, key) if self.journal is not None else None
+        if row is not None or self.cache is None or not policy.caches:
+            return row, None
+        return None, self.cache.index.get(bucket, key)
 
     async def get_object(self, bucket: str, key: str, range_header: str | None,
                          byte_range: Callable[[int], ByteRange | None], tenant_id: int | None = None) -> ObjectRead:
         """Open the object; ``byte_range(size)`` turns the Range header into what to serve."""
         validate_key(key)
-        row = await self._dirty(bucket, key)
+        policy = self.policy(bucket, key)
+        row, entry = await self._lookup(bucket, key, policy)
         if row is not None:
             local = await self._open_local(row, range_header, byte_range)
             if local is not None:
                 return local
-        policy = self.policy(bucket, key)
+            entry = None  # destaged meanwhile: look the cache up again
         if self.cache is not None and policy.caches:
-            cached = await self.cache.read(bucket, key, range_header, byte_range, policy, tenant_id)
+            cached = await self.cache.read(bucket, key, range_header, byte_range, policy, tenant_id,
+                                           entry if row is None else LOOKUP)
             if cached is not None:
                 return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files)
         elif self.cache is not None:

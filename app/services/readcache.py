@@ -42,6 +42,7 @@ from app.services.policies import PolicyBook
 log = logging.getLogger("ferry.cache")
 T = TypeVar("T")
 
+LOOKUP = object()  # "look the entry up" (as opposed to a known entry, or a known absence)
 FETCH_CHUNK = 256 * 1024
 LOCK_POLL = 0.005
 LOCK_POLL_MAX = 0.05
@@ -115,9 +116,10 @@ class ReadCache:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
     # ---- lookups -----------------------------------------------------------------------------
-    async def current(self, bucket: str, key: str, policy: Policy) -> tuple[Entry | None, str]:
-        """The entry to serve and why ('hit', 'stale'), or (None, 'miss') when the remote must be read."""
-        entry = await self._run(self.index.get, bucket, key)
+    async def current(self, bucket: str, key: str, policy: Policy, known: Any = LOOKUP) -> tuple[Entry | None, str]:
+        """The entry to serve and why ('hit', 'stale'), or (None, 'miss') when the remote must be read.
+        ``known``: the index row the caller already looked up (None: there is none; LOOKUP: ask)."""
+        entry = await self._run(self.index.get, bucket, key) if known is LOOKUP else known
         if entry is None or entry.state != "ready":
             return None, "miss"
         if policy.is_fresh(entry.validated_at, time.time()):
@@ -151,8 +153,9 @@ class ReadCache:
     def _conditional_head(self, bucket: str, key: str, etag: str) -> ObjectMeta:
         return self.remote.head_object(bucket, key, if_none_match=etag)
 
-    async def head(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> ObjectMeta:
-        entry, _ = await self.current(bucket, key, policy)
+    async def head(self, bucket: str, key: str, policy: Policy, tenant_id: int | None,
+                   known: Any = LOOKUP) -> ObjectMeta:
+        entry, _ = await self.current(bucket, key, policy, known)
         if entry is not None:
             self._touch(entry)
             return entry.meta
@@ -161,10 +164,10 @@ class ReadCache:
     # ---- reads -------------------------------------------------------------------------------
     async def read(self, bucket: str, key: str, range_header: str | None,
                    byte_range: Callable[[int], ByteRange | None], policy: Policy,
-                   tenant_id: int | None) -> CachedRead | None:
+                   tenant_id: int | None, known: Any = LOOKUP) -> CachedRead | None:
         """Open the object through the cache; None when the caller should read the remote directly
         (second-hit admission's first miss, or a write raced the discovery)."""
-        entry, outcome = await self.current(bucket, key, policy)
+        entry, outcome = await self.current(bucket, key, policy, known)
         if entry is None:
             if policy.admission == "second-hit" and not await self._run(self.index.mark_seen, bucket, key, tenant_id):
                 _outcome("miss", bucket, tenant_id)
@@ -444,7 +447,7 @@ class ReadCache:
     # ---- warming (staging) --------------------------------------------------------------------
     async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
         """Fetch every block of the object not cached yet; returns the bytes fetched."""
-        entry, _ = await self.current(bucket, key, policy)
+        entry, _ = await self.current(bucket, key, policy, LOOKUP)
         if entry is None:
             entry = await self.discover(bucket, key, 0, policy, tenant_id)
             if entry is None:

@@ -11,11 +11,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Engine, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.tables import CacheEntry, Tenant
 from app.domain.objects import ObjectMeta
 
@@ -71,6 +72,23 @@ def _entry(row: Any) -> Entry:
                  row.cached_bytes, row.validated_at, row.last_access)
 
 
+class _Row(NamedTuple):
+    """A cache_entries row from the raw SQLite lookup, in hotpath.CACHE_ENTRY's column order."""
+
+    id: int
+    bucket: str
+    key: str
+    etag: str
+    size: int
+    block_size: int
+    meta_json: str
+    tenant_id: int | None
+    state: str
+    cached_bytes: int
+    validated_at: float
+    last_access: float
+
+
 _COLUMNS = (T.c.id, T.c.bucket, T.c.key, T.c.etag, T.c.size, T.c.block_size, T.c.meta_json, T.c.tenant_id,
             T.c.state, T.c.cached_bytes, T.c.validated_at, T.c.last_access)
 
@@ -79,12 +97,16 @@ class CacheIndex:
     def __init__(self, engine: Engine, node_id: str) -> None:
         self.engine = engine
         self.node_id = node_id
+        self.lookups = SqliteLookups.for_engine(engine)
         self._get = select(*_COLUMNS).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
                                             T.c.key == bindparam("k"))
         self._touch = (update(T).where(T.c.id == bindparam("eid"))
                        .values(last_access=bindparam("at"), hits=T.c.hits + bindparam("n")))
 
     def get(self, bucket: str, key: str) -> Entry | None:
+        if self.lookups is not None:
+            raw = self.lookups.cache_entry(self.node_id, bucket, key)
+            return _entry(_Row(*raw)) if raw is not None else None
         with self.engine.connect() as conn:
             row = conn.execute(self._get, {"n": self.node_id, "b": bucket, "k": key}).first()
         return _entry(row) if row is not None else None

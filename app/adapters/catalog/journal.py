@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, exists, func, or_, select, text, update
+from sqlalchemy import Engine, and_, bindparam, exists, func, or_, select, text, update
 from sqlalchemy.orm import aliased, sessionmaker
 
+from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.tables import MultipartPart, ObjectVersion
 from app.domain.states import DIRTY, VersionState
 
@@ -92,6 +93,10 @@ class Journal:
         self.node_id = node_id
         self.sessions = sessionmaker(engine, expire_on_commit=False)
         self.is_postgres = engine.dialect.name == "postgresql"
+        self.lookups = SqliteLookups.for_engine(engine)
+        t = ObjectVersion.__table__
+        self._newest = (select(t.c.seq, t.c.state).where(t.c.bucket == bindparam("b"), t.c.key == bindparam("k"))
+                        .order_by(t.c.seq.desc()).limit(1))
 
     # ---- appending (the acknowledgement point) -------------------------------------------------
     def append_put(self, bucket: str, key: str, size: int, etag: str, blobs: list[BlobRef], *,
@@ -134,13 +139,21 @@ class Journal:
             return _row(r) if r else None
 
     def latest_dirty(self, bucket: str, key: str) -> VersionRow | None:
-        """The newest row for the key if it is not yet durable (read-your-writes), else None."""
-        with self.sessions() as s:
-            r = s.scalars(select(ObjectVersion).where(ObjectVersion.bucket == bucket, ObjectVersion.key == key)
-                          .order_by(ObjectVersion.seq.desc()).limit(1)).first()
-        if r is None or r.state not in DIRTY_VALUES:
+        """The newest row for the key if it is not yet durable (read-your-writes), else None.
+
+        Every GET asks this, and the answer is nearly always "nothing buffered": a prebuilt Core
+        statement reads only (seq, state); the ORM loads the row only when it is dirty."""
+        if self.lookups is not None:
+            newest = self.lookups.newest_version(bucket, key)
+        else:
+            with self.engine.connect() as conn:
+                found = conn.execute(self._newest, {"b": bucket, "k": key}).first()
+            newest = (found.seq, found.state) if found is not None else None
+        if newest is None or newest[1] not in DIRTY_VALUES:
             return None
-        return _row(r)
+        with self.sessions() as s:
+            r = s.get(ObjectVersion, newest[0])
+        return _row(r) if r is not None else None
 
     def dirty_under(self, bucket: str, prefix: str, after: str | None, limit: int) -> list[VersionRow]:
         """Newest dirty row per key under a prefix, keys after ``after``, in key order."""
@@ -189,10 +202,11 @@ class Journal:
             return {state: int(n) for state, n in s.execute(stmt)}
 
     def dirty_bytes(self) -> int:
-        """Bytes not yet on the remote: dirty versions plus parts of open multipart uploads."""
+        """Bytes not yet on the remote that this node's disk holds: its dirty versions plus parts
+        of open multipart uploads (the write buffer and the cache budget are per node)."""
         with self.sessions() as s:
             versions = s.scalar(select(func.coalesce(func.sum(ObjectVersion.size), 0))
-                                .where(ObjectVersion.state.in_(DIRTY_VALUES))) or 0
+                                .where(ObjectVersion.state.in_(DIRTY_VALUES), ObjectVersion.node_id == self.node_id)) or 0
             parts = s.scalar(select(func.coalesce(func.sum(MultipartPart.size), 0))) or 0
         return int(versions) + int(parts)
 

@@ -72,6 +72,14 @@ class Catalog:
         self._secrets[access_key] = (now + SECRET_CACHE_SECONDS, secret, tenant)
         return secret, tenant
 
+    def cached_key(self, access_key: str) -> tuple[str | None, int | None] | None:
+        """The answer ``lookup_key`` would give from its in-process cache, or None (ask it):
+        lets the hot path skip a thread hop for a key seen in the last seconds."""
+        hit = self._secrets.get(access_key)
+        if hit and hit[0] > time.monotonic():
+            return hit[1], hit[2]
+        return None
+
     def forget_secrets(self) -> None:
         """Drop cached secrets after an admin change: this process sees it at once, other
         processes within SECRET_CACHE_SECONDS."""
