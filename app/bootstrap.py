@@ -139,7 +139,8 @@ def build(settings: Settings) -> Container:
     gateway = Gateway(catalog, blobs, remote, region=settings.region,
                       part_concurrency=settings.multipart_concurrency, journal=journal, executor=executor,
                       mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
-                      cache=cache, policies=policies, inline_lookups=engine.dialect.name == "sqlite")
+                      cache=cache, policies=policies, inline_lookups=engine.dialect.name == "sqlite",
+                      eager_parts=settings.eager_part_copy)
     ensure_bootstrap_key(catalog, settings)
     staging = StagingRunner(StagingRepo(engine), remote, gateway, settings.node_id)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,

@@ -372,6 +372,19 @@ class RemoteStore:
             )
         return str(resp.get("ETag", "")).strip('"')
 
+    def list_parts(self, bucket: str, key: str, upload_id: str) -> dict[int, str]:
+        """Part number -> ETag of the parts the remote holds for an upload."""
+        parts: dict[int, str] = {}
+        marker = 0
+        while True:
+            with translate_errors(bucket, key):
+                resp = self.client.list_parts(Bucket=bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker)
+            for part in resp.get("Parts", []):
+                parts[int(part["PartNumber"])] = str(part.get("ETag", "")).strip('"')
+            if not resp.get("IsTruncated"):
+                return parts
+            marker = int(resp.get("NextPartNumberMarker") or max(parts, default=0))
+
     def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
         with translate_errors(bucket, key), contextlib.suppress(S3Error):
             self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)

@@ -40,6 +40,7 @@ class UploadSpec:
     metadata: dict[str, str]
     checksums: dict[str, str]
     checksum_algorithm: str | None
+    remote_upload_id: str | None = None  # parts may already be there (copied as they arrived)
 
 
 class LeaseLost(Exception):
@@ -73,9 +74,28 @@ def upload(remote: RemoteStore, store: BlobStore, spec: UploadSpec, part_concurr
 
 def _upload_multipart(remote: RemoteStore, store: BlobStore, spec: UploadSpec, concurrency: int,
                       fence: Callable[[], bool] | None = None) -> str:
-    """Same part boundaries as the client used, so the remote's ETag is the client's."""
-    upload_id = remote.create_multipart(spec.bucket, spec.key, spec.content_headers, spec.metadata,
-                                        spec.checksum_algorithm)
+    """Same part boundaries as the client used, so the remote's ETag is the client's.
+
+    When the parts were copied to a remote upload as they arrived, that upload is reused: the
+    remote's list of parts is compared with ours (by MD5 ETag) and only missing or different
+    parts are sent. The remote checks every part's ETag again at Complete, so a stale copy can
+    never be committed.
+    """
+    upload_id: str | None = None
+    present: dict[int, str] = {}
+    if spec.remote_upload_id:
+        try:
+            present = remote.list_parts(spec.bucket, spec.key, spec.remote_upload_id)
+            upload_id = spec.remote_upload_id
+        except S3Error as err:
+            if err.code != "NoSuchUpload":
+                raise
+    reused = upload_id is not None
+    if upload_id is None:
+        upload_id = remote.create_multipart(spec.bucket, spec.key, spec.content_headers, spec.metadata,
+                                            spec.checksum_algorithm)
+    numbered = all(p.number for p in spec.blobs)
+    numbers = [int(p.number or 0) for p in spec.blobs] if numbered else list(range(1, len(spec.blobs) + 1))
 
     def send(number: int, piece: BlobRef) -> None:
         md5_b64 = base64.b64encode(bytes.fromhex(piece.etag)).decode()
@@ -85,23 +105,25 @@ def _upload_multipart(remote: RemoteStore, store: BlobStore, spec: UploadSpec, c
         if etag and etag != piece.etag:
             raise S3Error("InternalError", f"remote part {number} ETag {etag}, expected {piece.etag}")
 
+    missing = [(n, piece) for n, piece in zip(numbers, spec.blobs, strict=True) if present.get(n) != piece.etag]
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(spec.blobs)))) as pool:
-            futures = [pool.submit(send, n, piece) for n, piece in enumerate(spec.blobs, start=1)]
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(missing) or 1))) as pool:
+            futures = [pool.submit(send, n, piece) for n, piece in missing]
             for f in futures:
                 f.result()
-        parts = [(n, piece.etag, piece.checksums) for n, piece in enumerate(spec.blobs, start=1)]
+        parts = [(n, piece.etag, piece.checksums) for n, piece in zip(numbers, spec.blobs, strict=True)]
         if fence is not None and not fence():
             raise LeaseLost(f"lost the destage lease of {spec.bucket}/{spec.key} before completing it")
         return remote.complete_multipart(spec.bucket, spec.key, upload_id, parts)
     except BaseException:
-        remote.abort_multipart(spec.bucket, spec.key, upload_id)
+        if not reused:  # a reused upload keeps its parts for the retry
+            remote.abort_multipart(spec.bucket, spec.key, upload_id)
         raise
 
 
 def spec_of(row: VersionRow) -> UploadSpec:
     return UploadSpec(row.bucket, row.key, row.size, row.etag, row.blobs, row.multipart, row.content_headers,
-                      row.metadata, row.checksums, row.checksum_algorithm)
+                      row.metadata, row.checksums, row.checksum_algorithm, row.remote_upload_id)
 
 
 class Destager:
@@ -124,6 +146,8 @@ class Destager:
         if row is None:
             return "skipped"
         if self.journal.has_newer(row):
+            if row.remote_upload_id:  # parts copied ahead for a version that will never be completed
+                self.remote.abort_multipart(row.bucket, row.key, row.remote_upload_id)
             self._intend_drop(row)
             if self.journal.mark_superseded(row):
                 self._drop_blobs(row)

@@ -16,6 +16,7 @@ import base64
 import contextlib
 import functools
 import hashlib
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -43,6 +44,7 @@ from app.services.policies import PolicyBook
 from app.services.readcache import LOOKUP, ReadCache
 
 T = TypeVar("T")
+log = logging.getLogger("ferry.gateway")
 
 WRITE_CHUNK = 4 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
@@ -128,7 +130,7 @@ class Gateway:
                  executor: Executor | None = None, mode: str = "write-through",
                  buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None,
                  cache: ReadCache | None = None, policies: PolicyBook | None = None,
-                 inline_lookups: bool = False) -> None:
+                 inline_lookups: bool = False, eager_parts: bool = True) -> None:
         self.catalog = catalog
         self.blobs = blobs
         self.remote = remote
@@ -145,6 +147,9 @@ class Gateway:
         # SQLite point lookups (tens of µs, never blocked by writers in WAL mode) run on the event
         # loop: a thread hop costs more than the query. A networked catalog keeps them in threads.
         self.inline_lookups = inline_lookups
+        self.eager_parts = eager_parts
+        self._ahead: set[asyncio.Future[None]] = set()
+        self._ahead_limiter = anyio.CapacityLimiter(part_concurrency)
         self._reserved = 0  # bytes of bodies being received by this process
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
 
@@ -635,9 +640,10 @@ class Gateway:
             received = await self.receive(body, expected, MAX_PUT_SIZE)
         finally:
             self._reserved -= reserved
-        return await self._store_part(upload_id, number, received)
+        return await self._store_part(upload_id, number, received, bucket, key)
 
-    async def _store_part(self, upload_id: str, number: int, received: ReceivedBody) -> PutResult:
+    async def _store_part(self, upload_id: str, number: int, received: ReceivedBody, bucket: str,
+                          key: str) -> PutResult:
         blob = await self._run(self.blobs.commit, received.staging)
         part = PartInfo(number, received.staging.size, received.digests.md5_hex(), datetime.now(UTC),
                         received.checksums)
@@ -649,7 +655,47 @@ class Gateway:
         self.blobs.settle(blob)  # a committed part row holds it: no longer crash garbage
         if old:
             await self._run(self.blobs.delete, old)
+        self._copy_part_ahead(bucket, key, upload_id, part, blob)
         return PutResult(part.etag, part.checksums)
+
+    def _copy_part_ahead(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
+        """Copy a part to a remote multipart upload now, in the background, so the remote holds
+        most of the object when the client completes it (the destage then only sends what is
+        missing). Best effort: any failure just leaves the part to the destage."""
+        if not self.eager_parts:
+            return
+        task = asyncio.ensure_future(self._copy_part(bucket, key, upload_id, part, blob))
+        self._ahead.add(task)
+        task.add_done_callback(self._ahead.discard)
+
+    async def _copy_part(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
+        try:
+            await anyio.to_thread.run_sync(self._copy_part_sync, bucket, key, upload_id, part, blob,
+                                           limiter=self._ahead_limiter)
+        except Exception as exc:  # the destage sends this part instead
+            log.info("copying part %s of %s/%s ahead failed: %s", part.part_number, bucket, key, exc)
+
+    def _copy_part_sync(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
+        remote_id = self.catalog.remote_upload(upload_id)
+        if remote_id is None:
+            found = self.catalog.get_upload(upload_id)
+            if found is None:
+                return  # completed or aborted meanwhile
+            info, headers = found
+            created = self.remote.create_multipart(bucket, key, dict(headers.get("content", {})),
+                                                   dict(headers.get("metadata", {})), info.checksum_algorithm)
+            remote_id = self.catalog.claim_remote_upload(upload_id, created)
+            if remote_id != created:  # another worker created one first, or the upload ended
+                self.remote.abort_multipart(bucket, key, created)
+            if remote_id is None:
+                return
+        md5_b64 = base64.b64encode(bytes.fromhex(part.etag)).decode()
+        try:
+            fh = open(self.blobs.path(blob), "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return  # replaced by a newer upload of the same part, or completed and destaged
+        with fh:
+            self.remote.upload_part(bucket, key, remote_id, part.part_number, fh, part.size, md5_b64, part.checksums)
 
     async def upload_part_copy(self, bucket: str, key: str, upload_id: str, number: int, src_bucket: str,
                                src_key: str, src_range: str | None,
@@ -664,7 +710,7 @@ class Gateway:
                                      lambda size: ByteRange(rng[0], rng[1], size) if rng else None)
         expected = ExpectedDigests(declared_size=(rng[1] - rng[0] + 1) if rng else source.size)
         received = await self.receive(StreamBody(read.stream), expected, MAX_PUT_SIZE)
-        result = await self._store_part(upload_id, number, received)
+        result = await self._store_part(upload_id, number, received, bucket, key)
         return result.etag, datetime.now(UTC)
 
     async def list_parts(self, bucket: str, key: str, upload_id: str, marker: int, max_parts: int
@@ -682,8 +728,11 @@ class Gateway:
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload(bucket, key, upload_id)
+        remote_id = await self._run(self.catalog.remote_upload, upload_id)
         for blob in await self._run(self.catalog.delete_upload, upload_id):
             await self._run(self.blobs.delete, blob)
+        if remote_id is not None:
+            await self._run(self.remote.abort_multipart, bucket, key, remote_id)
 
     async def complete_upload(self, bucket: str, key: str, upload_id: str,
                               requested: list[tuple[int, str, dict[str, str]]]) -> str:
@@ -707,8 +756,9 @@ class Gateway:
         etag = multipart_etag([p.etag for p, _ in chosen])
         content = dict(headers.get("content", {}))
         metadata = dict(headers.get("metadata", {}))
-        pieces = [BlobRef(blob, p.size, p.etag, p.checksums) for p, blob in chosen]
+        pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
+        remote_id = await self._run(self.catalog.remote_upload, upload_id)
         if self._write_back_for(bucket, key):
             assert self.journal is not None
             # The parts become the object's blobs: no byte is copied again.
@@ -716,14 +766,16 @@ class Gateway:
                 self.journal.append_put, bucket, key, size, etag, pieces, multipart=True,
                 content_headers=content, metadata=metadata,
                 checksums=composite_checksum(info.checksum_algorithm, pieces),
-                checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=upload_id))
+                checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=upload_id,
+                remote_upload_id=remote_id))
             unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
             for blob in unused:
                 await self._run(self.blobs.delete, blob)
             self._submit(row)
             await self._written(bucket, key)
             return etag
-        spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm)
+        spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm,
+                          remote_id)
         await self._run(upload, self.remote, self.blobs, spec, self.part_concurrency)
         for blob in await self._run(self.catalog.delete_upload, upload_id):
             await self._run(self.blobs.delete, blob)

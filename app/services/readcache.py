@@ -449,7 +449,9 @@ class ReadCache:
         """Fetch every block of the object not cached yet; returns the bytes fetched."""
         entry, _ = await self.current(bucket, key, policy, LOOKUP)
         if entry is None:
-            entry = await self.discover(bucket, key, 0, policy, tenant_id)
+            # A whole-object GET, as a client's first read would be: its answer carries the
+            # stored checksums, which a ranged one does not.
+            entry = await self.discover(bucket, key, 0, policy, tenant_id, whole=True)
             if entry is None:
                 return 0
         blocks = range(entry.blocks) if entry.size else range(0)

@@ -34,6 +34,10 @@ class BlobRef:
     size: int
     etag: str  # md5 hex of this piece
     checksums: dict[str, str] = field(default_factory=dict)
+    number: int | None = None  # the client's part number (multipart), as used remotely
+
+    def as_json(self) -> list[object]:
+        return [self.blob, self.size, self.etag, self.checksums] + ([self.number] if self.number is not None else [])
 
 
 @dataclass(slots=True)
@@ -59,6 +63,7 @@ class VersionRow:
     next_attempt_at: float
     remote_etag: str | None
     durable_at: datetime | None
+    remote_upload_id: str | None = None
 
     @property
     def is_delete(self) -> bool:
@@ -80,6 +85,7 @@ def _row(r: ObjectVersion) -> VersionRow:
         checksums=json.loads(r.checksums_json), checksum_algorithm=r.checksum_algorithm, node_id=r.node_id,
         created_at=_aware(r.created_at) or datetime.now(UTC), attempts=r.attempts, last_error=r.last_error,
         next_attempt_at=r.next_attempt_at, remote_etag=r.remote_etag, durable_at=_aware(r.durable_at),
+        remote_upload_id=r.remote_upload_id,
     )
 
 
@@ -102,13 +108,13 @@ class Journal:
     def append_put(self, bucket: str, key: str, size: int, etag: str, blobs: list[BlobRef], *,
                    multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
                    checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
-                   complete_upload: str | None = None) -> VersionRow:
+                   complete_upload: str | None = None, remote_upload_id: str | None = None) -> VersionRow:
         """Insert a buffered PUT; with ``complete_upload`` the upload's rows go in the same commit."""
         from app.adapters.catalog.tables import MultipartUpload
 
         row = ObjectVersion(
             bucket=bucket, key=key, op="put", state=VersionState.BUFFERED.value, generation=0, size=size,
-            etag=etag, blobs_json=json.dumps([[b.blob, b.size, b.etag, b.checksums] for b in blobs]),
+            etag=etag, blobs_json=json.dumps([b.as_json() for b in blobs]), remote_upload_id=remote_upload_id,
             multipart=multipart, headers_json=json.dumps({"content": content_headers, "metadata": metadata}),
             checksums_json=json.dumps(checksums), checksum_algorithm=checksum_algorithm, node_id=self.node_id,
             tenant_id=tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant
@@ -103,6 +103,19 @@ class Catalog:
             info = UploadInfo(row.upload_id, row.bucket, row.key, _aware(row.initiated_at),
                               row.checksum_algorithm)
             return info, json.loads(row.headers_json)
+
+    def remote_upload(self, upload_id: str) -> str | None:
+        with self.sessions() as s:
+            return s.scalar(select(MultipartUpload.remote_upload_id).where(MultipartUpload.upload_id == upload_id))
+
+    def claim_remote_upload(self, upload_id: str, remote_upload_id: str) -> str | None:
+        """Record the remote upload of this upload unless one is recorded already (several
+        workers may race to create it); returns the one that counts (None: upload gone)."""
+        with self.sessions.begin() as s:
+            s.execute(update(MultipartUpload).where(MultipartUpload.upload_id == upload_id,
+                                                    MultipartUpload.remote_upload_id.is_(None))
+                      .values(remote_upload_id=remote_upload_id))
+            return s.scalar(select(MultipartUpload.remote_upload_id).where(MultipartUpload.upload_id == upload_id))
 
     def put_part(self, upload_id: str, part: PartInfo, blob: str) -> str | None:
         """Record a part (replacing an earlier upload of the same number); returns the old blob."""

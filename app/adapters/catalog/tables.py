@@ -68,6 +68,9 @@ class MultipartUpload(Base):
     headers_json: Mapped[str] = mapped_column(Text, default="{}")
     checksum_algorithm: Mapped[str | None] = mapped_column(String(16), nullable=True)
     state: Mapped[str] = mapped_column(String(16), default="open")
+    # The remote multipart upload that parts are copied to as they arrive (write-back), so the
+    # remote holds most of the object by the time the client completes it.
+    remote_upload_id: Mapped[str | None] = mapped_column(String(1024), nullable=True)
 
 
 class MultipartPart(Base):
@@ -123,6 +126,8 @@ class ObjectVersion(Base):
     remote_etag: Mapped[str | None] = mapped_column(String(128), nullable=True)
     remote_version_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
     durable_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # A multipart write's remote upload whose parts may already be there (checked before use).
+    remote_upload_id: Mapped[str | None] = mapped_column(String(1024), nullable=True)
 
 
 class Policy(Base):
