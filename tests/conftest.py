@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `import tests.support...` also under a bare `pytest`
     sys.path.insert(0, str(ROOT))
 
+from tests.support.counting_proxy import CountingProxy  # noqa: E402
 from tests.support.seaweed import SeaweedServer  # noqa: E402
 from tests.support.tls import TLSFiles, make_tls_files  # noqa: E402
 
@@ -146,6 +147,14 @@ def seaweed() -> Iterator[SeaweedServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def proxy(seaweed: SeaweedServer) -> Iterator[CountingProxy]:
+    """A counting HTTP proxy in front of the session's SeaweedFS: a remote whose requests a
+    test can count, and which can play an outage (``proxy.fail_with = 503``)."""
+    with CountingProxy(seaweed) as p:
+        yield p
 
 
 @pytest.fixture

@@ -21,12 +21,6 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def proxy(seaweed: Any) -> Iterator[CountingProxy]:
-    with CountingProxy(seaweed) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def egw(proxy: CountingProxy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     with GatewayProcess(proxy, tmp_path_factory.mktemp("eager-gw")) as gw:
         yield gw

@@ -44,12 +44,6 @@ def cache_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def proxy(seaweed: Any) -> Iterator[CountingProxy]:
-    with CountingProxy(seaweed) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def cgw(proxy: CountingProxy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     with GatewayProcess(proxy, tmp_path_factory.mktemp("cache-gw"), env=cache_env()) as gw:
         yield gw

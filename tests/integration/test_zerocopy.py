@@ -27,12 +27,6 @@ SIZE = 40 * MiB
 
 
 @pytest.fixture(scope="module")
-def proxy(seaweed: Any) -> Iterator[CountingProxy]:
-    with CountingProxy(seaweed) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def zgw(proxy: CountingProxy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     with GatewayProcess(proxy, tmp_path_factory.mktemp("zerocopy-gw"), env=cache_env()) as gw:
         yield gw
