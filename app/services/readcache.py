@@ -354,7 +354,8 @@ class ReadCache:
         fill.finish(error)
         if error is None:
             self._added_since_check += fill.length
-            if self._added_since_check >= max(self.block_size, self.budget_bytes // 100):
+            # Check limits after each 1% of the budget (at most 256 MiB): quotas are much smaller.
+            if self._added_since_check >= max(self.block_size, min(self.budget_bytes // 100, 256 * 1024 * 1024)):
                 self.schedule_eviction()
 
     # ---- discovery (first miss of an object) --------------------------------------------------

@@ -468,6 +468,7 @@ def test_restart_with_a_million_cached_entries_serves_within_seconds(proxy: Coun
     with GatewayProcess(proxy, gw.data_dir, env=cache_env(FERRY_CACHE_BYTES=str(1024**4)), port=gw.port):
         assert read(gw, cbucket, "million/real") == b"real"
         elapsed = time.monotonic() - started
+    print(f"restart with 1,000,001 cache entries: first GET answered {elapsed:.2f}s after start")
     assert elapsed < 10, f"first answer after {elapsed:.1f}s"
 
 
