@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 
 import boto3
 import botocore.exceptions
+import urllib3
 from botocore.config import Config
 from botocore.handlers import validate_ascii_metadata
 
@@ -92,6 +93,24 @@ def translate_errors(bucket: str | None = None, key: str | None = None) -> Itera
         raise S3Error("ServiceUnavailable", f"The remote region is unreachable: {exc}") from exc
     except botocore.exceptions.BotoCoreError as exc:
         raise S3Error("ServiceUnavailable", f"Remote request failed: {exc}") from exc
+
+
+def read_available(body: Any, amt: int) -> bytes:
+    """Up to ``amt`` bytes of a response body, returning as soon as some have arrived.
+
+    botocore's ``read(amt)`` waits for all ``amt`` bytes: on a long-haul link in slow start that
+    holds the first bytes of a miss back for several round trips. Ours forward what has come."""
+    raw = getattr(body, "_raw_stream", None)
+    read1 = getattr(raw, "read1", None)
+    if read1 is not None:
+        try:
+            chunk = bytes(read1(amt))
+            if hasattr(body, "_amount_read"):  # botocore checks the total against Content-Length
+                body._amount_read += len(chunk)
+            return chunk
+        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError, OSError) as exc:
+            raise S3Error("ServiceUnavailable", f"The remote stream failed: {exc}") from exc
+    return bytes(body.read(amt))
 
 
 def _meta_from_response(key: str, resp: dict[str, Any]) -> ObjectMeta:

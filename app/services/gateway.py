@@ -31,7 +31,7 @@ from app import metrics
 from app.adapters.blobstore import BlobStore, StagingFile
 from app.adapters.catalog.journal import BlobRef, Journal, VersionRow
 from app.adapters.catalog.repo import Catalog
-from app.adapters.remote import RemoteStore
+from app.adapters.remote import RemoteStore, read_available
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.names import validate_bucket_name, validate_key, validate_object_size
@@ -414,8 +414,11 @@ class Gateway:
 
     async def _stream_remote(self, body: BinaryIO) -> AsyncIterator[bytes]:
         try:
+            first = True
             while True:
-                chunk = await self._run(body.read, READ_CHUNK)
+                # The first bytes go out as soon as they arrive; then full chunks (fewer hops).
+                chunk = await self._run(read_available if first else _read_full, body, READ_CHUNK)
+                first = False
                 if not chunk:
                     return
                 yield chunk
@@ -488,7 +491,6 @@ class Gateway:
                 await self._run(self.blobs.discard, received.staging)
                 raise
             await self._journal_put(bucket, key, received, content_headers, metadata)
-            await self._written(bucket, key)
             return PutResult(received.digests.md5_hex(), received.checksums)
         received = await self.receive(body, expected, MAX_PUT_SIZE)
         try:
@@ -509,7 +511,7 @@ class Gateway:
             row = await self._run(functools.partial(
                 self.journal.append_put, bucket, key, piece.size, piece.etag, [piece], multipart=False,
                 content_headers=content_headers, metadata=metadata, checksums=received.checksums,
-                checksum_algorithm=None, tenant_id=tenant_id))
+                checksum_algorithm=None, tenant_id=tenant_id, invalidate_cache=self.cache is not None))
         except BaseException:
             await self._run(self.blobs.delete, blob)
             raise
@@ -542,10 +544,9 @@ class Gateway:
         if not replace:
             content_headers, metadata = dict(source.content_headers), dict(source.metadata)
         if self._write_back_for(bucket, key):
-            result = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
-        else:
-            result = await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
-                                     content_headers, metadata)
+            return await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
+        result = await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
+                                 content_headers, metadata)
         await self._written(bucket, key)
         return result
 
@@ -573,9 +574,10 @@ class Gateway:
         if self._write_back_for(bucket, key):
             assert self.journal is not None
             await self._check_bucket(bucket)
-            self._submit(await self._run(self.journal.append_delete, bucket, key, None))
-        else:
-            await self._run(self.remote.delete_object, bucket, key)
+            self._submit(await self._run(functools.partial(self.journal.append_delete, bucket, key, None,
+                                                           invalidate_cache=self.cache is not None)))
+            return
+        await self._run(self.remote.delete_object, bucket, key)
         await self._written(bucket, key)
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
@@ -598,10 +600,11 @@ class Gateway:
             assert self.journal is not None
             await self._check_bucket(bucket)
             for key in buffered:
-                self._submit(await self._run(self.journal.append_delete, bucket, key, None))
+                self._submit(await self._run(functools.partial(self.journal.append_delete, bucket, key, None,
+                                                               invalidate_cache=self.cache is not None)))
         if direct:
             failures.update(await self._run(self.remote.delete_objects, bucket, direct))
-        for key in buffered + direct:
+        for key in direct:
             if key not in failures:
                 await self._written(bucket, key)
         return failures
@@ -767,12 +770,11 @@ class Gateway:
                 content_headers=content, metadata=metadata,
                 checksums=composite_checksum(info.checksum_algorithm, pieces),
                 checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=upload_id,
-                remote_upload_id=remote_id))
+                remote_upload_id=remote_id, invalidate_cache=self.cache is not None))
             unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
             for blob in unused:
                 await self._run(self.blobs.delete, blob)
             self._submit(row)
-            await self._written(bucket, key)
             return etag
         spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm,
                           remote_id)
@@ -781,6 +783,10 @@ class Gateway:
             await self._run(self.blobs.delete, blob)
         await self._written(bucket, key)
         return etag
+
+
+def _read_full(body: BinaryIO, amt: int) -> bytes:
+    return body.read(amt)
 
 
 def _parse_copy_range(header: str | None, size: int) -> tuple[int, int] | None:

@@ -31,7 +31,7 @@ import anyio.to_thread
 from app import metrics
 from app.adapters.cachestore import CacheStore, block_name, meta_lock_name
 from app.adapters.catalog.cache_index import CacheIndex, Entry
-from app.adapters.remote import RemoteStore
+from app.adapters.remote import RemoteStore, read_available
 from app.domain.errors import S3Error
 from app.domain.objects import FileSegment, ObjectMeta
 from app.domain.policy import Policy
@@ -312,7 +312,9 @@ class ReadCache:
                     _, src = self.remote.get_object(entry.bucket, entry.key, f"bytes={first}-{first + length - 1}",
                                                     if_match=entry.etag)
                 while True:
-                    chunk = src.read(min(FETCH_CHUNK, length - fill.file.written) or FETCH_CHUNK)
+                    want = min(FETCH_CHUNK, length - fill.file.written) or FETCH_CHUNK
+                    # The first bytes are forwarded as soon as they arrive (time to first byte).
+                    chunk = read_available(src, want) if not fill.file.written else src.read(want)
                     if not chunk:
                         break
                     fill.file.write(chunk)
@@ -354,8 +356,8 @@ class ReadCache:
         fill.finish(error)
         if error is None:
             self._added_since_check += fill.length
-            # Check limits after each 1% of the budget (at most 256 MiB): quotas are much smaller.
-            if self._added_since_check >= max(self.block_size, min(self.budget_bytes // 100, 256 * 1024 * 1024)):
+            # Check limits after each 1% of the budget, and at least every 32 MiB: quotas are smaller.
+            if self._added_since_check >= max(self.block_size, min(self.budget_bytes // 100, 32 * 1024 * 1024)):
                 self.schedule_eviction()
 
     # ---- discovery (first miss of an object) --------------------------------------------------

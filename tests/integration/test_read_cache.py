@@ -414,8 +414,13 @@ def test_tenant_quota_is_enforced(proxy: CountingProxy, cbucket: str, remote: An
             data = os.urandom(MiB)
             put_remote(remote, cbucket, f"quota/q{i}", data)
             assert read(gw, cbucket, f"quota/q{i}") == data
-        time.sleep(2.5)
-        used = db.execute("SELECT COALESCE(SUM(cached_bytes), 0) FROM cache_entries WHERE state = 'ready'").fetchone()[0]
+        deadline = time.monotonic() + 8  # the janitor checks limits every 3 s
+        while True:
+            used = db.execute("SELECT COALESCE(SUM(cached_bytes), 0) FROM cache_entries "
+                              "WHERE state = 'ready'").fetchone()[0]
+            if used <= 6 * MiB or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
         db.close()
         assert 0 < used <= 6 * MiB
 

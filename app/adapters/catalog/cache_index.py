@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from app.adapters.catalog.hotpath import SqliteLookups
@@ -91,6 +93,25 @@ class _Row(NamedTuple):
 
 _COLUMNS = (T.c.id, T.c.bucket, T.c.key, T.c.etag, T.c.size, T.c.block_size, T.c.meta_json, T.c.tenant_id,
             T.c.state, T.c.cached_bytes, T.c.validated_at, T.c.last_access)
+
+
+def invalidate_key(conn: Connection, bucket: str, key: str) -> None:
+    """Inside the caller's transaction (e.g. the journal's commit of a write, so a buffered
+    write pays one commit): every node's entry of the key turns invalid, and the shared
+    tombstone's time moves to now."""
+    now = time.time()
+    conn.execute(update(T).where(T.c.bucket == bucket, T.c.key == key).values(state="invalid", validated_at=now))
+    values = {"node_id": SHARED_NODE, "bucket": bucket, "key": key, "etag": "", "size": 0, "block_size": 1,
+              "meta_json": "{}", "tenant_id": None, "state": "invalid", "pinned": False, "cached_bytes": 0,
+              "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        conn.execute(pg_insert(T).values(**values).on_conflict_do_nothing())
+    elif dialect == "sqlite":
+        conn.execute(sqlite_insert(T).values(**values).on_conflict_do_nothing())
+    elif conn.execute(select(T.c.id).where(T.c.node_id == SHARED_NODE, T.c.bucket == bucket,
+                                           T.c.key == key)).first() is None:
+        conn.execute(insert(T).values(**values))
 
 
 class CacheIndex:
@@ -176,21 +197,8 @@ class CacheIndex:
     def invalidate(self, bucket: str, key: str) -> None:
         """A write replaced ``bucket/key``: every node's entry turns invalid, and a shared
         tombstone stops discoveries that started before the write from caching old bytes."""
-        now = time.time()
         with self.engine.begin() as conn:
-            conn.execute(update(T).where(T.c.bucket == bucket, T.c.key == key)
-                         .values(state="invalid", validated_at=now))
-            exists = conn.execute(select(T.c.id).where(T.c.node_id == SHARED_NODE, T.c.bucket == bucket,
-                                                       T.c.key == key)).first()
-            if exists is None:
-                try:
-                    with conn.begin_nested():
-                        conn.execute(insert(T).values(
-                            node_id=SHARED_NODE, bucket=bucket, key=key, etag="", size=0, block_size=1,
-                            meta_json="{}", tenant_id=None, state="invalid", pinned=False, cached_bytes=0,
-                            created_at=now, validated_at=now, last_access=now, hits=0))
-                except IntegrityError:
-                    pass
+            invalidate_key(conn, bucket, key)
 
     def remove(self, entry: Entry) -> bool:
         """Delete this node's row of exactly this version; False if it changed meanwhile."""

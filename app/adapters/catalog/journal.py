@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, bindparam, exists, func, or_, select, text, update
 from sqlalchemy.orm import aliased, sessionmaker
 
+from app.adapters.catalog.cache_index import invalidate_key
 from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.tables import MultipartPart, ObjectVersion
 from app.domain.states import DIRTY, VersionState
@@ -108,7 +109,8 @@ class Journal:
     def append_put(self, bucket: str, key: str, size: int, etag: str, blobs: list[BlobRef], *,
                    multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
                    checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
-                   complete_upload: str | None = None, remote_upload_id: str | None = None) -> VersionRow:
+                   complete_upload: str | None = None, remote_upload_id: str | None = None,
+                   invalidate_cache: bool = False) -> VersionRow:
         """Insert a buffered PUT; with ``complete_upload`` the upload's rows go in the same commit."""
         from app.adapters.catalog.tables import MultipartUpload
 
@@ -124,10 +126,13 @@ class Journal:
             if complete_upload is not None:
                 s.query(MultipartPart).filter(MultipartPart.upload_id == complete_upload).delete()
                 s.query(MultipartUpload).filter(MultipartUpload.upload_id == complete_upload).delete()
+            if invalidate_cache:  # cached copies of the old version die in the same commit
+                invalidate_key(s.connection(), bucket, key)
             s.flush()
             return _row(row)
 
-    def append_delete(self, bucket: str, key: str, tenant_id: int | None) -> VersionRow:
+    def append_delete(self, bucket: str, key: str, tenant_id: int | None, *,
+                      invalidate_cache: bool = False) -> VersionRow:
         row = ObjectVersion(
             bucket=bucket, key=key, op="delete", state=VersionState.BUFFERED.value, generation=0, size=0, etag="",
             blobs_json="[]", multipart=False, headers_json="{}", checksums_json="{}", node_id=self.node_id,
@@ -135,6 +140,8 @@ class Journal:
         )
         with self.sessions.begin() as s:
             s.add(row)
+            if invalidate_cache:
+                invalidate_key(s.connection(), bucket, key)
             s.flush()
             return _row(row)
 
