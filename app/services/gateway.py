@@ -48,6 +48,7 @@ log = logging.getLogger("ferry.gateway")
 
 WRITE_CHUNK = 4 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
+INLINE_BODY = 256 * 1024
 MAX_PUT_SIZE = 5 * 1024**3
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_NUMBER = 10_000
@@ -150,7 +151,9 @@ class Gateway:
         self.eager_parts = eager_parts
         self._ahead: set[asyncio.Future[None]] = set()
         self._ahead_limiter = anyio.CapacityLimiter(part_concurrency)
-        self._reserved = 0  # bytes of bodies being received by this process
+        self._reserved = 0
+        self._dirty_cached = 0
+        self._dirty_read_at = -1.0  # bytes of bodies being received by this process
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
 
     async def _check_bucket(self, bucket: str) -> None:
@@ -205,11 +208,22 @@ class Gateway:
             return 0
         assert self.journal is not None
         want = size or 0
-        dirty = await self._run(self.journal.dirty_bytes)
+        dirty = await self._dirty_bytes()
         if dirty + self._reserved + want > self.buffer_bytes:
             raise S3Error("SlowDown", "The write buffer is full; retry later.", headers={"Retry-After": "5"})
         self._reserved += want
         return want
+
+    async def _dirty_bytes(self) -> int:
+        """The buffer's fill, re-read at most every 0.2 s: an aggregate over the journal costs
+        more than a small write itself, and this process's own bodies in flight are counted
+        exactly in ``_reserved``."""
+        now = time.monotonic()
+        if now - self._dirty_read_at > 0.2:
+            assert self.journal is not None
+            self._dirty_cached = await self._run(self.journal.dirty_bytes)
+            self._dirty_read_at = now
+        return self._dirty_cached
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Blocking work (boto3, disk, SQL) runs in threads, bounded by one limiter."""
@@ -432,7 +446,9 @@ class Gateway:
     # ---- receiving bodies --------------------------------------------------------------------
     async def receive(self, body: BodyStream, expected: ExpectedDigests, max_size: int) -> ReceivedBody:
         """Stream the body to ``tmp/`` while hashing it; verify sizes and digests."""
-        staging = await self._run(self.blobs.open_staging)
+        small = expected.declared_size is not None and expected.declared_size <= INLINE_BODY
+        # A small body is staged without thread hops: each costs more than its few syscalls.
+        staging = self.blobs.open_staging() if small else await self._run(self.blobs.open_staging)
         digests = BodyDigests(sorted(expected.algorithms | set(expected.checksums)))
         pending: asyncio.Future[None] | None = None
         buf = bytearray()
@@ -455,7 +471,10 @@ class Gateway:
                 await pending
                 pending = None
             if buf:
-                await self._run(write, buf)
+                if len(buf) <= INLINE_BODY:
+                    write(buf)
+                else:
+                    await self._run(write, buf)
             if expected.declared_size is not None and staging.size != expected.declared_size:
                 raise S3Error("IncompleteBody")
             checksums = expected.with_trailers(body.trailers)
@@ -504,18 +523,25 @@ class Gateway:
     async def _journal_put(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
                            metadata: dict[str, str], tenant_id: int | None = None) -> VersionRow:
         """fsync the body into the store, commit its journal row, hand it to the executor."""
-        assert self.journal is not None
-        blob = await self._run(self.blobs.commit, received.staging)
-        piece = BlobRef(blob, received.staging.size, received.digests.md5_hex(), received.checksums)
-        try:
-            row = await self._run(functools.partial(
-                self.journal.append_put, bucket, key, piece.size, piece.etag, [piece], multipart=False,
-                content_headers=content_headers, metadata=metadata, checksums=received.checksums,
-                checksum_algorithm=None, tenant_id=tenant_id, invalidate_cache=self.cache is not None))
-        except BaseException:
-            await self._run(self.blobs.delete, blob)
-            raise
-        self.blobs.settle(blob)  # a committed row holds it: no longer crash garbage
+        journal = self.journal
+        assert journal is not None
+
+        def commit() -> VersionRow:  # one thread hop for both fsyncs (body, then journal)
+            blob = self.blobs.commit(received.staging)
+            piece = BlobRef(blob, received.staging.size, received.digests.md5_hex(), received.checksums)
+            try:
+                row = journal.append_put(
+                    bucket, key, piece.size, piece.etag, [piece], multipart=False, content_headers=content_headers,
+                    metadata=metadata, checksums=received.checksums, checksum_algorithm=None, tenant_id=tenant_id,
+                    invalidate_cache=self.cache is not None)
+            except BaseException:
+                self.blobs.delete(blob)
+                raise
+            self.blobs.settle(blob)  # a committed row holds it: no longer crash garbage
+            return row
+
+        row = await self._run(commit)
+        self._dirty_cached += row.size  # until the next re-read, count what this process added
         self._submit(row)
         return row
 
@@ -656,6 +682,7 @@ class Gateway:
             await self._run(self.blobs.delete, blob)
             raise
         self.blobs.settle(blob)  # a committed part row holds it: no longer crash garbage
+        self._dirty_cached += part.size
         if old:
             await self._run(self.blobs.delete, old)
         self._copy_part_ahead(bucket, key, upload_id, part, blob)
