@@ -26,6 +26,7 @@ from app.domain.policy import Policy, PolicyRule
 from app.services.destage import Destager
 from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
+from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
 from app.services.readcache import ReadCache
 from app.services.staging import StagingRunner
@@ -78,10 +79,12 @@ def ensure_bootstrap_key(catalog: Catalog, settings: Settings) -> None:
                 raise
 
 
-def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote: RemoteStore) -> Destager:
+def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote: RemoteStore,
+                  part_copies: PartCopies | None = None) -> Destager:
     return Destager(journal, blobs, remote, lease_seconds=settings.destage_lease_seconds,
                     max_attempts=settings.destage_max_attempts, part_concurrency=settings.multipart_concurrency,
-                    backoff_base=settings.destage_backoff_base, backoff_cap=settings.destage_backoff_cap)
+                    backoff_base=settings.destage_backoff_base, backoff_cap=settings.destage_backoff_cap,
+                    part_copies=part_copies)
 
 
 def make_executor(settings: Settings, journal: Journal, destager: Destager) -> EmbeddedExecutor | CeleryExecutor:
@@ -130,7 +133,8 @@ def build(settings: Settings) -> Container:
     blobs = BlobStore(settings.data_dir, fsync=settings.fsync)
     remote = RemoteStore(remote_config(settings))
     journal = Journal(engine, settings.node_id)
-    destager = make_destager(settings, journal, blobs, remote)
+    part_copies = PartCopies()  # parts on their way to the remote, which the destage waits for
+    destager = make_destager(settings, journal, blobs, remote, part_copies)
     executor = make_executor(settings, journal, destager)
     policy_repo = PolicyRepo(engine)
     seed_policies(policy_repo, settings)
@@ -140,7 +144,7 @@ def build(settings: Settings) -> Container:
                       part_concurrency=settings.multipart_concurrency, journal=journal, executor=executor,
                       mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
                       cache=cache, policies=policies, inline_lookups=engine.dialect.name == "sqlite",
-                      eager_parts=settings.eager_part_copy)
+                      eager_parts=settings.eager_part_copy, part_copies=part_copies)
     ensure_bootstrap_key(catalog, settings)
     staging = StagingRunner(StagingRepo(engine), remote, gateway, settings.node_id)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,

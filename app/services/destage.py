@@ -24,6 +24,7 @@ from app.adapters.catalog.journal import BlobRef, Journal, VersionRow
 from app.adapters.remote import RemoteStore
 from app.domain.errors import S3Error
 from app.domain.states import backoff_seconds
+from app.services.partcopies import PartCopies
 
 log = logging.getLogger("ferry.destage")
 
@@ -48,12 +49,15 @@ class LeaseLost(Exception):
 
 
 def upload(remote: RemoteStore, store: BlobStore, spec: UploadSpec, part_concurrency: int = 8,
-           fence: Callable[[], bool] | None = None) -> str:
+           fence: Callable[[], bool] | None = None, copies: PartCopies | None = None) -> str:
     """Write one object version to the remote; returns the remote ETag (verified equal to ours).
 
     ``fence()`` is asked right before a multipart upload's commit point (Complete); False aborts it.
     """
     if spec.multipart:
+        if copies is not None and spec.remote_upload_id:
+            # Let the parts still being copied ahead land, rather than send them a second time.
+            copies.wait_idle(spec.bucket, spec.key, timeout=1800)
         remote_etag = _upload_multipart(remote, store, spec, part_concurrency, fence)
     else:
         piece = spec.blobs[0] if spec.blobs else None
@@ -129,7 +133,8 @@ def spec_of(row: VersionRow) -> UploadSpec:
 class Destager:
     def __init__(self, journal: Journal, store: BlobStore, remote: RemoteStore, *, lease_seconds: float = 30.0,
                  max_attempts: int = 12, part_concurrency: int = 8, backoff_base: float = 1.0,
-                 backoff_cap: float = 300.0, on_outcome: Callable[[str, VersionRow], None] | None = None) -> None:
+                 backoff_cap: float = 300.0, on_outcome: Callable[[str, VersionRow], None] | None = None,
+                 part_copies: PartCopies | None = None) -> None:
         self.journal = journal
         self.store = store
         self.remote = remote
@@ -139,6 +144,7 @@ class Destager:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.on_outcome = on_outcome
+        self.part_copies = part_copies
 
     def destage(self, seq: int) -> str:
         """Returns the outcome: durable, superseded, retry, failed, lost or skipped."""
@@ -166,7 +172,8 @@ class Destager:
                 # A worker that lost its lease (stalled past it) must not complete an older version
                 # over a newer one: the lease is checked once more at the commit point.
                 remote_etag = upload(self.remote, self.store, spec_of(row), self.part_concurrency,
-                                     fence=lambda: self.journal.renew(row, self.lease_seconds))
+                                     fence=lambda: self.journal.renew(row, self.lease_seconds),
+                                     copies=self.part_copies)
         except Exception as exc:  # any failure: keep the bytes, retry later
             stop.set()
             renewer.join()

@@ -40,6 +40,7 @@ from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.services.destage import Destager, UploadSpec, upload
 from app.services.executor import Executor
+from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
 from app.services.readcache import LOOKUP, ReadCache
 
@@ -131,7 +132,8 @@ class Gateway:
                  executor: Executor | None = None, mode: str = "write-through",
                  buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None,
                  cache: ReadCache | None = None, policies: PolicyBook | None = None,
-                 inline_lookups: bool = False, eager_parts: bool = True) -> None:
+                 inline_lookups: bool = False, eager_parts: bool = True,
+                 part_copies: PartCopies | None = None) -> None:
         self.catalog = catalog
         self.blobs = blobs
         self.remote = remote
@@ -149,6 +151,7 @@ class Gateway:
         # loop: a thread hop costs more than the query. A networked catalog keeps them in threads.
         self.inline_lookups = inline_lookups
         self.eager_parts = eager_parts
+        self.part_copies = part_copies or PartCopies()
         self._ahead: set[asyncio.Future[None]] = set()
         self._ahead_limiter = anyio.CapacityLimiter(part_concurrency)
         self._reserved = 0
@@ -694,6 +697,7 @@ class Gateway:
         missing). Best effort: any failure just leaves the part to the destage."""
         if not self.eager_parts:
             return
+        self.part_copies.started(bucket, key)
         task = asyncio.ensure_future(self._copy_part(bucket, key, upload_id, part, blob))
         self._ahead.add(task)
         task.add_done_callback(self._ahead.discard)
@@ -704,6 +708,8 @@ class Gateway:
                                            limiter=self._ahead_limiter)
         except Exception as exc:  # the destage sends this part instead
             log.info("copying part %s of %s/%s ahead failed: %s", part.part_number, bucket, key, exc)
+        finally:
+            self.part_copies.finished(bucket, key)
 
     def _copy_part_sync(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
         remote_id = self.catalog.remote_upload(upload_id)

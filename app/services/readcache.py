@@ -618,6 +618,12 @@ class ReadCache:
                 while pos < len(entries) and (horizon is None or entries[pos].key <= horizon):
                     entry = entries[pos]
                     etag = remote.get(entry.key)
+                    if etag is None:
+                        # Absent from the page. Some servers (SeaweedFS) list directory by
+                        # directory, not in S3's byte order, so a key can be missing from a page
+                        # that spans it: ask about it directly before dropping anything.
+                        etag = self._current_etag(bucket, entry.key)
+                        stats["heads"] = stats.get("heads", 0) + 1
                     result = "unchanged" if etag == entry.etag else ("deleted" if etag is None else "changed")
                     stats[result] += 1
                     metrics.revalidated(result)
@@ -627,6 +633,14 @@ class ReadCache:
                         self._drop_sync(entry)
                     pos += 1
                 self.index.validated(fresh)
+
+    def _current_etag(self, bucket: str, key: str) -> str | None:
+        try:
+            return self.remote.head_object(bucket, key).etag
+        except S3Error as err:
+            if err.code in ("NoSuchKey", "NoSuchBucket"):
+                return None
+            raise
 
     def revalidate_all(self) -> dict[str, int]:
         totals: dict[str, int] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -42,6 +43,7 @@ class CountingProxy:
         self.secret_key = upstream.secret_key
         self.seen: list[Seen] = []
         self.fail_with: int | None = None  # answer every request with this status (an outage)
+        self.delay = 0.0  # seconds added before forwarding each request (a long-haul link)
         self._lock = threading.Lock()
         proxy = self
 
@@ -54,6 +56,8 @@ class CountingProxy:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                if proxy.delay:
+                    time.sleep(proxy.delay)
                 if proxy.fail_with is not None:
                     self.send_response(proxy.fail_with)
                     self.send_header("Content-Length", "0")

@@ -33,9 +33,12 @@ class SqliteLookups:
         return cls(engine.url.database)
 
     def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        # fetchall, not fetchone: a statement left mid-result keeps its read transaction open,
+        # and every later query on this connection would see that old snapshot (another
+        # worker's commits invisible).
         with self._lock:
-            row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
-            return row
+            rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
+            return rows[0] if rows else None
 
     def newest_version(self, bucket: str, key: str) -> tuple[int, str] | None:
         row = self._one(NEWEST_VERSION, (bucket, key))
