@@ -14,7 +14,6 @@ docs/benchmarks-checkpoint.md.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
@@ -33,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 NETSIM = ROOT.parent / "shared" / "netsim" / "remote_region.sh"
 
+from bench.workloads import disk_write_fsync_mbps, md5_mbps  # noqa: E402
+from bench.workloads import make_file as _make_file  # noqa: E402
 from tests.support.gateway import GatewayProcess  # noqa: E402
 
 
@@ -54,44 +55,6 @@ def netsim_remote() -> Remote:
     values = {k: v.strip("'") for k, v in values.items()}
     subprocess.run(["bash", str(NETSIM), "guard", values["NETSIM_S3_ENDPOINT"]], check=True, env=env)
     return Remote(values["NETSIM_S3_ENDPOINT"], values["AWS_ACCESS_KEY_ID"], values["AWS_SECRET_ACCESS_KEY"])
-
-
-def disk_write_fsync_mbps(directory: Path, size: int) -> float:
-    block = os.urandom(8 * 1024 * 1024)
-    path = directory / "disk-probe.bin"
-    t0 = time.perf_counter()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        written = 0
-        while written < size:
-            written += os.write(fd, block[: min(len(block), size - written)])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    elapsed = time.perf_counter() - t0
-    path.unlink()
-    return size / elapsed / 1e6
-
-
-def md5_mbps(size: int = 256 * 1024 * 1024) -> float:
-    block = os.urandom(8 * 1024 * 1024)
-    h = hashlib.md5()
-    t0 = time.perf_counter()
-    for _ in range(size // len(block)):
-        h.update(block)
-    return size / (time.perf_counter() - t0) / 1e6
-
-
-def make_file(directory: Path, size: int) -> Path:
-    path = directory / "checkpoint.bin"
-    block = os.urandom(16 * 1024 * 1024)
-    with open(path, "wb") as fh:
-        written = 0
-        while written < size:
-            chunk = block[: min(len(block), size - written)]
-            fh.write(chunk)
-            written += len(chunk)
-    return path
 
 
 def one_run(gw: GatewayProcess, remote: Remote, bucket: str, src: Path, n: int) -> dict[str, float]:
@@ -136,7 +99,7 @@ def main() -> None:
     except remote.client().exceptions.BucketAlreadyOwnedByYou:
         pass
     work = Path(tempfile.mkdtemp(prefix="ferry-bench-", dir=os.environ.get("FERRY_BENCH_DIR")))
-    src = make_file(work, size)
+    src = _make_file(work / "checkpoint.bin", size)
     disk = [disk_write_fsync_mbps(work, size) for _ in range(2)]
     md5 = md5_mbps()
     runs: list[dict[str, float]] = []
