@@ -115,19 +115,20 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_remote_hooks_time_calls_and_count_answers_and_network_errors() -> None:
-    from moto import mock_aws
-
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
-        metrics.instrument_boto_client(client)
-        before_ok = sample("ferry_remote_requests_total", operation="PutObject", outcome="ok")
-        before_404 = sample("ferry_remote_requests_total", operation="HeadObject", outcome="client_error")
-        before_count = sample("ferry_remote_request_duration_seconds_count", operation="PutObject")
-        client.create_bucket(Bucket="bkt-obs")
-        client.put_object(Bucket="bkt-obs", Key="k", Body=b"x")
-        with pytest.raises(client.exceptions.ClientError):
-            client.head_object(Bucket="bkt-obs", Key="missing")
+def test_remote_hooks_time_calls_and_count_answers_and_network_errors(seaweed: Any) -> None:
+    """Against the real SeaweedFS of the session: the hooks see real answers (200, 404)."""
+    client = boto3.client("s3", endpoint_url=seaweed.endpoint, region_name="us-east-1",
+                          aws_access_key_id=seaweed.access_key, aws_secret_access_key=seaweed.secret_key)
+    metrics.instrument_boto_client(client)
+    before_ok = sample("ferry_remote_requests_total", operation="PutObject", outcome="ok")
+    before_404 = sample("ferry_remote_requests_total", operation="HeadObject", outcome="client_error")
+    before_count = sample("ferry_remote_request_duration_seconds_count", operation="PutObject")
+    client.create_bucket(Bucket="bkt-obs")
+    client.put_object(Bucket="bkt-obs", Key="k", Body=b"x")
+    with pytest.raises(client.exceptions.ClientError):
+        client.head_object(Bucket="bkt-obs", Key="missing")
+    client.delete_object(Bucket="bkt-obs", Key="k")
+    client.delete_bucket(Bucket="bkt-obs")
     assert sample("ferry_remote_requests_total", operation="PutObject", outcome="ok") == before_ok + 1
     assert sample("ferry_remote_requests_total", operation="HeadObject", outcome="client_error") == before_404 + 1
     assert sample("ferry_remote_request_duration_seconds_count", operation="PutObject") == before_count + 1
