@@ -110,7 +110,6 @@ class ReadCache:
         self._added_since_check = 0
         self._evicting = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._quota_cache: dict[int, tuple[float, int | None]] = {}
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
@@ -510,7 +509,7 @@ class ReadCache:
         the node within its budget. Returns the bytes freed."""
         self.flush_touches()
         freed = 0
-        for tenant_id, quota in self._tenant_quotas():
+        for tenant_id, quota in self.index.tenant_quotas():
             used = self.index.total_bytes(tenant_id=tenant_id)
             if used > quota:
                 freed += self.evict(used - quota, tenant_id=tenant_id, reason="tenant-quota")
@@ -529,15 +528,6 @@ class ReadCache:
                 # Down to a low-water mark, so eviction does not run on every fill.
                 freed += self.evict(used - int(self.budget_bytes * 0.95), reason="capacity")
         return freed
-
-    def _tenant_quotas(self) -> list[tuple[int, int]]:
-        from sqlalchemy import select
-
-        from app.adapters.catalog.tables import Tenant
-
-        with self.index.engine.connect() as conn:
-            rows = conn.execute(select(Tenant.id, Tenant.cache_quota_bytes).where(Tenant.cache_quota_bytes.is_not(None)))
-            return [(int(i), int(q)) for i, q in rows]
 
     def evict(self, need: int, *, tenant_id: int | None = None, bucket: str | None = None,
               reason: str = "capacity") -> int:

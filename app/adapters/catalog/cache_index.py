@@ -256,9 +256,11 @@ class CacheIndex:
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar() or 0)
 
-    def tenant_quota(self, tenant_id: int) -> int | None:
+    def tenant_quotas(self) -> list[tuple[int, int]]:
+        """(tenant id, cache quota) of every tenant that has one."""
         with self.engine.connect() as conn:
-            return conn.execute(select(Tenant.cache_quota_bytes).where(Tenant.id == tenant_id)).scalar()
+            rows = conn.execute(select(Tenant.id, Tenant.cache_quota_bytes).where(Tenant.cache_quota_bytes.is_not(None)))
+            return [(int(i), int(q)) for i, q in rows]
 
     def usage(self) -> dict[str, Any]:
         """Cached bytes and entries by node, bucket and tenant (every node's rows)."""
