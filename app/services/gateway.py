@@ -196,11 +196,6 @@ class Gateway:
         if self.cache is not None:
             await self.cache.invalidate(bucket, key)
 
-    async def _dirty(self, bucket: str, key: str) -> VersionRow | None:
-        if self.journal is None:
-            return None
-        return await self._run(self.journal.latest_dirty, bucket, key)
-
     def _submit(self, row: VersionRow) -> None:
         assert self.executor is not None
         self.executor.submit(row.seq)

@@ -572,8 +572,7 @@ class ReadCache:
     def wipe(self) -> tuple[int, int]:
         """Drop every clean block of this node; the remote has all of it."""
         usage = self.index.total_bytes()
-        count = len(self.index.all_ready())
-        self.index.delete_all()
+        count = self.index.delete_all()
         self.store.wipe()
         metrics.evicted("wipe", count, usage)
         return count, usage

@@ -273,11 +273,11 @@ class CacheIndex:
                 out[name] = {str(k) if k is not None else "": {"entries": int(n), "bytes": int(b)} for k, n, b in rows}
         return out
 
-    def all_ready(self) -> list[Entry]:
-        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state.in_(("ready", "invalid")))
-        with self.engine.connect() as conn:
-            return [_entry(r) for r in conn.execute(q)]
-
-    def delete_all(self) -> None:
+    def delete_all(self) -> int:
+        """Forget every entry of this node; returns how many held (or had held) blocks."""
+        mine = T.c.node_id == self.node_id
         with self.engine.begin() as conn:
-            conn.execute(delete(T).where(T.c.node_id == self.node_id))
+            count = conn.execute(select(func.count()).select_from(T).where(
+                mine, T.c.state.in_(("ready", "invalid")))).scalar()
+            conn.execute(delete(T).where(mine))
+            return int(count or 0)
