@@ -120,6 +120,9 @@ def seed_policies(repo: PolicyRepo, settings: Settings) -> None:
 
 def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies: PolicyBook,
                journal: Journal) -> ReadCache:
+    if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+        # Its own connections, which commit without the WAL fsync (see make_engine).
+        engine = make_engine(settings.effective_database_url, synchronous="NORMAL")
     return ReadCache(CacheIndex(engine, settings.node_id), CacheStore(settings.data_dir), remote, policies,
                      block_size=settings.cache_block_bytes, fetch_concurrency=settings.cache_fetch_concurrency,
                      budget_bytes=settings.cache_bytes, dirty_bytes=journal.dirty_bytes,

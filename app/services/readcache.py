@@ -3,10 +3,12 @@
 - A read looks the object up in the cache index. A fresh entry (per policy) is a hit, served
   from block files; an expired one is revalidated with a conditional HEAD (304 keeps it, a new
   ETag drops it).
-- A miss discovers the current version with one ranged GET of the block the client wants first
-  (its headers carry the metadata), records the entry, and tees that body into the block while the
-  client reads it. Later blocks are fetched with parallel ranged GETs (``If-Match`` the entry's
-  ETag, so bytes of two versions never mix), ``fetch_concurrency`` ahead of the reader.
+- A miss discovers the current version with one GET of the block the client wants first (its
+  headers carry the metadata) and tees that body into the block while the client reads it. The
+  entry's row is written by that fetch once the first bytes are out (or, for a one-block object,
+  with the finished block in one commit: app/services/recording.py). Later blocks are fetched
+  with parallel ranged GETs (``If-Match`` the entry's ETag, so bytes of two versions never mix),
+  ``fetch_concurrency`` ahead of the reader, started once the first chunk is on its way.
 - Single-flight: one fetch per block per process (readers follow the filling file) and across
   processes (a byte-range lock per block in ``cache/locks``; waiters poll for the finished block).
 - Capacity: LRU by last access over this node's entries, within the byte budget (dirty bytes
@@ -38,6 +40,7 @@ from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
 from app.services.policies import PolicyBook
+from app.services.recording import PendingEntry, Recording
 
 log = logging.getLogger("ferry.cache")
 T = TypeVar("T")
@@ -216,12 +219,19 @@ class ReadCache:
         b0, b1 = first // size, last // size
         pending: dict[int, asyncio.Task[tuple[Any, bool]]] = {}
         served = 0
+
+        def fetch_ahead(lo: int, hi: int) -> None:
+            for ahead in range(lo, min(b1, hi) + 1):
+                if ahead not in pending and not self.store.has(self._name(entry, ahead), entry.block_length(ahead)):
+                    pending[ahead] = asyncio.ensure_future(self.acquire(entry, ahead))
+
+        # Readahead starts once the first chunk is on its way: started earlier, its requests
+        # compete with the first block for the GIL and the link (time to first byte).
+        reading_ahead = False
         try:
             for idx in range(b0, b1 + 1):
                 # Keep up to fetch_concurrency blocks in flight ahead of the reader.
-                for ahead in range(idx, min(b1, idx + self.fetch_concurrency - 1) + 1):
-                    if ahead not in pending and not self.store.has(self._name(entry, ahead), entry.block_length(ahead)):
-                        pending[ahead] = asyncio.ensure_future(self.acquire(entry, ahead))
+                fetch_ahead(idx, idx + self.fetch_concurrency - 1 if reading_ahead else idx)
                 task = pending.pop(idx, None)
                 source = (await task)[0] if task is not None else self.store.path(self._name(entry, idx))
                 start = max(first, idx * size) - idx * size
@@ -231,6 +241,9 @@ class ReadCache:
                 async for chunk in self._serve(source, start, end):
                     served += len(chunk)
                     yield chunk
+                    if not reading_ahead:
+                        reading_ahead = True
+                        fetch_ahead(idx + 1, idx + self.fetch_concurrency - 1)
         finally:
             for task in pending.values():
                 task.cancel()
@@ -297,14 +310,25 @@ class ReadCache:
             delay = min(delay * 2, LOCK_POLL_MAX)
 
     def _start_fill(self, entry: Entry, index: int, name: str, length: int, body: BinaryIO | None) -> Fill:
-        """Begin fetching a block we hold the lock of; the fetch outlives any one reader."""
+        """Begin fetching a block we hold the lock of; the fetch outlives any one reader.
+
+        With ``body`` (a discovery's GET) and a pending entry, this fill also writes the entry's
+        row (see app/services/recording.py)."""
         loop = asyncio.get_running_loop()
-        fill = Fill(name, length, self.store.open_fill(name), loop)
+        try:
+            fill = Fill(name, length, self.store.open_fill(name), loop)
+        except BaseException:
+            self.store.unlock(name)
+            raise
         self._inflight[name] = fill
+        rec = entry.recording if isinstance(entry, PendingEntry) and body is not None else None
+        single = rec is not None and entry.blocks == 1
 
         def fetch() -> None:
             src = body
             error: BaseException | None = None
+            keep = True  # False: a write raced the discovery; serve these bytes, cache nothing
+            published = False
             try:
                 if src is None:
                     first = index * entry.block_size
@@ -318,24 +342,42 @@ class ReadCache:
                         break
                     fill.file.write(chunk)
                     loop.call_soon_threadsafe(fill.notify)
+                    if rec is not None and not single and not rec.settled.is_set():
+                        keep = self._settle(rec, 0, loop) is not None  # first bytes are out: now the row
                     if fill.file.written >= length:
                         break
                 if fill.file.written != length:
                     raise S3Error("ServiceUnavailable", f"the remote sent {fill.file.written} of {length} bytes")
+                if not keep:
+                    self.store.discard(fill.file)
+                    return
                 self.store.publish(fill.file)
+                published = True
                 metrics.remote_fetched(length)
-                if not self.index.add_bytes(entry.id, length):
-                    # The entry was evicted or replaced while this block was in flight: an
-                    # unaccounted block would be space nobody can reclaim.
+                if single:
+                    # One commit records the entry with its only block (rec is not None here).
+                    recorded = self._settle(rec, length, loop) is not None  # type: ignore[arg-type]
+                else:
+                    entry_id = entry.id or (entry.recording.wait() if isinstance(entry, PendingEntry)
+                                            and entry.recording else None)
+                    recorded = bool(entry_id) and self.index.add_bytes(entry_id, length)  # type: ignore[arg-type]
+                if not recorded:
+                    # The entry was evicted, replaced or never written while this block was in
+                    # flight: an unaccounted block would be space nobody can reclaim.
                     self.store.delete(name)
             except BaseException as exc:  # the readers get the error; the next read refetches
                 error = exc
-                self.store.discard(fill.file)
+                if published:
+                    self.store.delete(name)
+                else:
+                    self.store.discard(fill.file)
                 if isinstance(exc, S3Error) and exc.code == "PreconditionFailed":
                     # The object changed behind the cache: this entry is gone.
                     with contextlib.suppress(Exception):
                         self.index.invalidate(entry.bucket, entry.key)
             finally:
+                if rec is not None and not rec.settled.is_set():
+                    self._release_discovery(rec, None, loop)  # no row: the next read discovers again
                 if src is not None:
                     with contextlib.suppress(Exception):
                         src.close()
@@ -372,13 +414,42 @@ class ReadCache:
         try:
             entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole)
         except BaseException as exc:
+            self._discovering.pop(k, None)
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning when nobody waits
             raise
-        finally:
-            self._discovering.pop(k, None)
         future.set_result(entry)
+        rec = entry.recording if isinstance(entry, PendingEntry) else None
+        if rec is None or rec.settled.is_set():
+            self._discovering.pop(k, None)
+        # else: later readers here share the pending entry until its row is written
+        # (_discovery_settled), instead of discovering the object again.
         return entry
+
+    def _settle(self, rec: Recording, block_bytes: int, loop: asyncio.AbstractEventLoop) -> Entry | None:
+        """Write a discovered version's row (in a thread); always releases the discovery."""
+        entry: Entry | None = None
+        try:
+            entry = self.index.put_ready(rec.meta, rec.bucket, rec.block_size, rec.tenant_id, rec.pinned,
+                                         rec.started, rec.cached_bytes + block_bytes)
+            if rec.replaced is not None:
+                self._delete_blocks(rec.replaced)
+        finally:
+            self._release_discovery(rec, entry.id if entry is not None else None, loop)
+        return entry
+
+    def _release_discovery(self, rec: Recording, entry_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
+        rec.settle(entry_id)
+        self.store.unlock(rec.lock)
+        loop.call_soon_threadsafe(self._discovery_settled, rec)
+
+    def _discovery_settled(self, rec: Recording) -> None:
+        k = (rec.bucket, rec.meta.key)
+        future = self._discovering.get(k)
+        if future is not None and future.done() and not future.cancelled() and future.exception() is None:
+            entry = future.result()
+            if isinstance(entry, PendingEntry) and entry.recording is rec:
+                self._discovering.pop(k, None)
 
     async def _discover_locked(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
                                tenant_id: int | None, whole: bool) -> Entry | None:
@@ -393,8 +464,11 @@ class ReadCache:
             delay = min(delay * 2, LOCK_POLL_MAX)
         if waited_since is not None:
             metrics.singleflight_waited(time.monotonic() - waited_since)
+        handed_off = False  # True once the lock is the Recording's to release
         try:
-            old = await self._run(self.index.get, bucket, key)
+            # A point lookup: inline on the raw SQLite connection, a thread otherwise.
+            old = (self.index.get(bucket, key) if self.index.lookups is not None
+                   else await self._run(self.index.get, bucket, key))
             if old is not None and old.state == "ready" and (
                     old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
                 return old  # another process discovered it while we waited
@@ -402,27 +476,25 @@ class ReadCache:
             meta, body = await self._fetch_first(bucket, key, index, whole)
             if meta.size <= index * self.block_size and meta.size:
                 index = 0
-            cached = 0
-            if old is not None and old.etag == meta.etag and old.block_size == self.block_size:
-                cached = old.cached_bytes
-            entry = await self._run(self.index.put_ready, meta, bucket, self.block_size, tenant_id, policy.pinned,
-                                    started, cached)
-            if old is not None and (old.etag != meta.etag or old.block_size != self.block_size):
-                await self._run(self._delete_blocks, old)
-            if entry is None:
-                if body is not None:
-                    body.close()
-                return None
+            same = old is not None and old.etag == meta.etag and old.block_size == self.block_size
+            rec = Recording(meta, bucket, self.block_size, tenant_id, policy.pinned, started,
+                            old.cached_bytes if old is not None and same else 0, lock,
+                            old if old is not None and not same else None)
+            entry = rec.provisional()
             name = self._name(entry, index)
             length = entry.block_length(index)
             if (body is not None and length > 0 and name not in self._inflight and not self.store.has(name, length)
                     and self.store.try_lock(name)):
-                self._start_fill(entry, index, name, length, body)
-            elif body is not None:
+                self._start_fill(entry, index, name, length, body)  # it writes the row
+                handed_off = True
+                return entry
+            if body is not None:
                 body.close()
-            return entry
+            handed_off = True
+            return await self._run(self._settle, rec, 0, asyncio.get_running_loop())
         finally:
-            self.store.unlock(lock)
+            if not handed_off:
+                self.store.unlock(lock)
 
     async def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
         """One GET of block ``index``: the metadata from its headers, the body for the block.

@@ -7,8 +7,14 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
-    """One engine per process; SQLite pragmas are set on every new connection."""
+def make_engine(url: str, *, pool_size: int = 10, synchronous: str = "FULL") -> Engine:
+    """One engine per process; SQLite pragmas are set on every new connection.
+
+    ``synchronous="NORMAL"`` (SQLite only) is for tables whose rows a crash may lose without
+    losing data, such as the cache index: a commit then skips the WAL fsync, and a power cut
+    loses at most the last commits (never their order, so a later FULL commit covers them)."""
+    if synchronous not in ("FULL", "NORMAL"):
+        raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -17,7 +23,7 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
-            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
