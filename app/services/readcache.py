@@ -407,6 +407,11 @@ class ReadCache:
         """Learn the current version with one GET and start caching; single-flight per key."""
         k = (bucket, key)
         running = self._discovering.get(k)
+        if running is not None and running.done() and running.exception() is None:
+            shared = running.result()
+            if isinstance(shared, PendingEntry) and shared.recording and shared.recording.settled.is_set() \
+                    and shared.recording.entry_id is None:
+                running = None  # its fetch failed (the loop has not heard yet): discover afresh
         if running is not None:
             return await asyncio.shield(running)
         future: asyncio.Future[Entry | None] = asyncio.get_running_loop().create_future()

@@ -67,6 +67,7 @@ def _healthy(proxy: CountingProxy) -> Iterator[None]:
     proxy.reset()
     yield
     proxy.fail_with = None
+    proxy.release.set()  # never leave a held body behind a failed test
 
 
 def put_remote(remote: Any, bucket: str, key: str, data: bytes, **kwargs: Any) -> str:
@@ -329,6 +330,69 @@ def test_a_client_that_hangs_up_leaves_no_corrupt_entry(cgw: GatewayProcess, pro
     client.close()
 
 
+def cache_row(gw: GatewayProcess, bucket: str, key: str) -> tuple[str, int] | None:
+    db = sqlite3.connect(gw.data_dir / "ferry.db")
+    try:
+        row = db.execute("SELECT state, cached_bytes FROM cache_entries WHERE bucket = ? AND key = ? "
+                         "AND node_id != '*'", (bucket, key)).fetchone()
+        return (str(row[0]), int(row[1])) if row else None
+    finally:
+        db.close()
+
+
+def test_a_miss_forwards_first_bytes_before_the_remote_has_sent_the_rest(cgw: GatewayProcess,
+                                                                         proxy: CountingProxy, cbucket: str,
+                                                                         remote: Any) -> None:
+    """The first bytes of a miss reach the client while the remote is still sending, before the
+    entry is committed; a second reader meanwhile shares that one remote GET, and a one-block
+    object is recorded with its block in one go once complete."""
+    import urllib3
+
+    data = os.urandom(BLOCK - 1000)
+    put_remote(remote, cbucket, "ttfb/one-block", data)
+    url = cgw.client(signature_version="s3v4").generate_presigned_url(
+        "get_object", Params={"Bucket": cbucket, "Key": "ttfb/one-block"})
+    proxy.reset()
+    proxy.stall_after = 64 * 1024
+    http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=5, read=20))
+    first = http.request("GET", url, preload_content=False)
+    assert first.status == 200
+    assert first.read(1000) == data[:1000]  # while the proxy holds everything past 64 KiB
+    assert proxy.stalled.is_set()
+    assert cache_row(cgw, cbucket, "ttfb/one-block") is None, "nothing is committed before the block is whole"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        second = pool.submit(lambda: http.request("GET", url).data)
+        time.sleep(0.5)
+        proxy.release.set()
+        assert first.read() == data[1000:]
+        assert second.result(timeout=30) == data
+    assert len(proxy.gets("ttfb/one-block")) == 1, [g.range for g in proxy.gets("ttfb/one-block")]
+    assert cache_row(cgw, cbucket, "ttfb/one-block") == ("ready", len(data))
+    proxy.reset()
+    assert read(cgw, cbucket, "ttfb/one-block") == data
+    assert proxy.gets("ttfb/one-block") == [], "the miss left a complete entry: this is a hit"
+
+
+def test_a_remote_that_fails_mid_block_leaves_no_entry_and_the_next_read_succeeds(
+        cgw: GatewayProcess, proxy: CountingProxy, cbucket: str, remote: Any) -> None:
+    data = os.urandom(2 * MiB)
+    put_remote(remote, cbucket, "ttfb/cut", data)
+    proxy.reset()
+    proxy.stall_after = 100_000
+    client = cgw.client(read_timeout=30, retries={"max_attempts": 1})
+    body = client.get_object(Bucket=cbucket, Key="ttfb/cut")["Body"]
+    assert body.read(1000) == data[:1000]
+    proxy.cut_held = True
+    proxy.release.set()
+    with pytest.raises(Exception):  # noqa: B017 - the stream is cut: any client error will do
+        body.read()
+    proxy.stall_after = None
+    assert cache_row(cgw, cbucket, "ttfb/cut") is None
+    assert read(cgw, cbucket, "ttfb/cut") == data
+    assert cache_row(cgw, cbucket, "ttfb/cut") == ("ready", len(data))
+    client.close()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Single-flight across worker processes
 
@@ -360,6 +424,32 @@ def test_herd_of_32_readers_across_4_workers_fetches_each_block_once(proxy: Coun
         assert len(set(ranges)) == len(ranges), f"a block was fetched twice: {ranges}"
         # The discovery GET (whole object) is cut after its first block: bytes in flight may add a little.
         assert proxy.bytes_fetched("herd/64m.bin") <= size + BLOCK
+
+
+def test_herd_on_a_small_cold_object_across_4_workers_makes_one_remote_get(proxy: CountingProxy, cbucket: str,
+                                                                          remote: Any, tmp_path: Path) -> None:
+    """The discovering worker holds the object until its row is written with its block, so
+    workers that arrive meanwhile wait for it instead of fetching the object again."""
+    data = os.urandom(MiB)
+    put_remote(remote, cbucket, "herd/small.bin", data)
+    with GatewayProcess(proxy, tmp_path / "herd-small", workers=4, env=cache_env()) as gw:
+        proxy.reset()
+        proxy.stall_after = 200_000
+
+        def reader(i: int) -> bytes:
+            client = gw.client(read_timeout=60)
+            try:
+                return bytes(client.get_object(Bucket=cbucket, Key="herd/small.bin")["Body"].read())
+            finally:
+                client.close()
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            results = [pool.submit(reader, i) for i in range(16)]
+            assert proxy.stalled.wait(30)
+            time.sleep(1.0)  # every reader has reached its worker
+            proxy.release.set()
+            assert all(r.result(timeout=60) == data for r in results)
+        assert len(proxy.gets("herd/small.bin")) == 1, [g.range for g in proxy.gets("herd/small.bin")]
 
 
 # ---------------------------------------------------------------------------------------------------

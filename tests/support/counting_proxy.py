@@ -7,7 +7,9 @@ told to fail requests, to play a remote outage.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -44,7 +46,15 @@ class CountingProxy:
         self.seen: list[Seen] = []
         self.fail_with: int | None = None  # answer every request with this status (an outage)
         self.delay = 0.0  # seconds added before forwarding each request (a long-haul link)
+        # Hold every GET body after this many bytes until ``release`` is set (a remote that is
+        # still sending); ``stalled`` is set when a body is held.
+        self.stall_after: int | None = None
+        self.stalled = threading.Event()
+        self.release = threading.Event()
+        self.cut_held = False  # a released held body is cut off instead (a remote that fails mid-body)
         self._lock = threading.Lock()
+        self._busy = threading.Condition()
+        self._in_flight = 0
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,6 +64,16 @@ class CountingProxy:
                 pass
 
             def _forward(self) -> None:
+                with proxy._busy:
+                    proxy._in_flight += 1
+                try:
+                    self._relay()
+                finally:
+                    with proxy._busy:
+                        proxy._in_flight -= 1
+                        proxy._busy.notify_all()
+
+            def _relay(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 if proxy.delay:
@@ -79,14 +99,30 @@ class CountingProxy:
                         self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     sent = 0
+
+                    def emit(data: bytes) -> None:
+                        if data:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+                            self.wfile.flush()
+
                     while self.command != "HEAD":
                         chunk = resp.read(256 * 1024)
                         if not chunk:
                             break
-                        if chunked:
-                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        stall = proxy.stall_after
+                        if self.command == "GET" and stall is not None and sent <= stall < sent + len(chunk):
+                            emit(chunk[:stall - sent])
+                            proxy.stalled.set()
+                            proxy.release.wait(60)
+                            if proxy.cut_held:
+                                self.close_connection = True
+                                with contextlib.suppress(OSError):
+                                    self.connection.shutdown(socket.SHUT_RDWR)
+                                proxy._record(self, resp.status, stall)
+                                return
+                            emit(chunk[stall - sent:])
                         else:
-                            self.wfile.write(chunk)
+                            emit(chunk)
                         sent += len(chunk)
                     if chunked:
                         self.wfile.write(b"0\r\n\r\n")
@@ -120,8 +156,20 @@ class CountingProxy:
     def reset(self) -> None:
         with self._lock:
             self.seen.clear()
+        self.stall_after = None
+        self.cut_held = False
+        self.stalled.clear()
+        self.release.set()
+        self.release = threading.Event()
+
+    def idle(self, timeout: float = 5.0) -> bool:
+        """Wait until no request is being relayed: a request is recorded once its answer has
+        been sent, which may be just after the gateway's client got its last byte."""
+        with self._busy:
+            return self._busy.wait_for(lambda: self._in_flight == 0, timeout)
 
     def requests(self, method: str | None = None, key: str | None = None) -> list[Seen]:
+        self.idle()
         with self._lock:
             return [s for s in self.seen if (method is None or s.method == method)
                     and (key is None or s.key == key) and "uploads" not in s.query]
