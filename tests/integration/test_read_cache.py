@@ -340,6 +340,14 @@ def cache_row(gw: GatewayProcess, bucket: str, key: str) -> tuple[str, int] | No
         db.close()
 
 
+def wait_row(gw: GatewayProcess, bucket: str, key: str, timeout: float = 10.0) -> tuple[str, int] | None:
+    """The row once written: the fetch commits it just after the client got the last byte."""
+    deadline = time.monotonic() + timeout
+    while (row := cache_row(gw, bucket, key)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return row
+
+
 def test_a_miss_forwards_first_bytes_before_the_remote_has_sent_the_rest(cgw: GatewayProcess,
                                                                          proxy: CountingProxy, cbucket: str,
                                                                          remote: Any) -> None:
@@ -367,7 +375,7 @@ def test_a_miss_forwards_first_bytes_before_the_remote_has_sent_the_rest(cgw: Ga
         assert first.read() == data[1000:]
         assert second.result(timeout=30) == data
     assert len(proxy.gets("ttfb/one-block")) == 1, [g.range for g in proxy.gets("ttfb/one-block")]
-    assert cache_row(cgw, cbucket, "ttfb/one-block") == ("ready", len(data))
+    assert wait_row(cgw, cbucket, "ttfb/one-block") == ("ready", len(data))
     proxy.reset()
     assert read(cgw, cbucket, "ttfb/one-block") == data
     assert proxy.gets("ttfb/one-block") == [], "the miss left a complete entry: this is a hit"
@@ -389,7 +397,7 @@ def test_a_remote_that_fails_mid_block_leaves_no_entry_and_the_next_read_succeed
     proxy.stall_after = None
     assert cache_row(cgw, cbucket, "ttfb/cut") is None
     assert read(cgw, cbucket, "ttfb/cut") == data
-    assert cache_row(cgw, cbucket, "ttfb/cut") == ("ready", len(data))
+    assert wait_row(cgw, cbucket, "ttfb/cut") == ("ready", len(data))
     client.close()
 
 

@@ -156,8 +156,7 @@ class CacheIndex:
         values = {"node_id": self.node_id, "bucket": bucket, "key": meta.key, "etag": meta.etag,
                   "version_id": meta.version_id, "size": meta.size, "block_size": block_size,
                   "meta_json": meta_to_json(meta), "tenant_id": tenant_id, "state": "ready", "pinned": pinned,
-                  "cached_bytes": 0, "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
-        values["cached_bytes"] = cached_bytes
+                  "cached_bytes": cached_bytes, "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
         written = select(func.count()).select_from(T).where(
             T.c.bucket == bucket, T.c.key == meta.key, T.c.state == "invalid", T.c.validated_at >= started)
         for _ in range(3):
@@ -167,10 +166,11 @@ class CacheIndex:
                 conn.execute(delete(T).where(T.c.node_id == self.node_id, T.c.bucket == bucket,
                                              T.c.key == meta.key))
                 try:
-                    conn.execute(insert(T).values(**values))
+                    row_id = conn.execute(insert(T).values(**values)).inserted_primary_key[0]
                 except IntegrityError:
                     continue  # another process inserted between delete and insert: retry
-            return self.get(bucket, meta.key)
+            return Entry(int(row_id), bucket, meta.key, meta.etag, meta.size, block_size, meta, tenant_id, "ready",
+                         cached_bytes, now, now)
         return self.get(bucket, meta.key)
 
     def mark_seen(self, bucket: str, key: str, tenant_id: int | None) -> bool:
