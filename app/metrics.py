@@ -32,6 +32,8 @@ CACHE_BYTES = Counter("ferry_cache_served_bytes_total", "Bytes served to clients
 CACHE_EVICTIONS = Counter("ferry_cache_evictions_total", "Cache entries evicted", ["reason"])
 CACHE_EVICTED_BYTES = Counter("ferry_cache_evicted_bytes_total", "Bytes evicted from the cache", ["reason"])
 REMOTE_FETCH_BYTES = Counter("ferry_cache_remote_fetch_bytes_total", "Bytes fetched from the remote to fill the cache")
+CACHE_CORRUPT = Counter("ferry_cache_corrupt_fills_total",
+                        "Fills whose bytes did not match the remote's stored checksum (discarded, never served again)")
 SINGLEFLIGHT_WAITS = Histogram("ferry_cache_singleflight_wait_seconds",
                                "Time a reader waited for another reader's fetch of the same block",
                                buckets=(0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
@@ -59,6 +61,10 @@ def evicted(reason: str, entries: int, nbytes: int) -> None:
 
 def remote_fetched(nbytes: int) -> None:
     REMOTE_FETCH_BYTES.inc(nbytes)
+
+
+def cache_corrupt() -> None:
+    CACHE_CORRUPT.inc()
 
 
 def singleflight_waited(seconds: float) -> None:

@@ -27,6 +27,7 @@ class Fill:
     file: FillFile
     loop: asyncio.AbstractEventLoop
     read_fd: int = -1
+    holds_last: bool = False  # the last byte waits for the fill's verdict (a checksum to check)
     done: bool = False
     error: BaseException | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -38,6 +39,12 @@ class Fill:
     @property
     def written(self) -> int:
         return self.file.written
+
+    @property
+    def visible(self) -> int:
+        """Bytes readers may have: all written ones, except the last while a verdict is pending,
+        so a reader never completes an answer the fill may still reject."""
+        return self.file.written if self.done or not self.holds_last else max(0, self.file.written - 1)
 
     # Called on the event loop (from the fetch thread through call_soon_threadsafe).
     def notify(self) -> None:
@@ -67,7 +74,7 @@ class Fill:
         pos = first
         try:
             while pos <= last:
-                available = min(self.written, last + 1)
+                available = min(self.visible, last + 1)
                 if available > pos:
                     n = min(available - pos, SEND_CHUNK)
                     if n <= INLINE_READ:
@@ -84,7 +91,7 @@ class Fill:
                 if self.done and self.written <= pos:
                     raise S3Error("InternalError", "a cached block ended early")
                 changed = self._changed
-                if self.written > pos or self.error is not None or (self.done and self.written <= pos):
+                if self.visible > pos or self.error is not None or (self.done and self.written <= pos):
                     continue
                 await changed.wait()
         finally:

@@ -34,6 +34,7 @@ from app import metrics
 from app.adapters.cachestore import CacheStore, block_name, meta_lock_name
 from app.adapters.catalog.cache_index import CacheIndex, Entry
 from app.adapters.remote import RemoteStore, read_available
+from app.domain.checksums import new_checksum, whole_object_checksum
 from app.domain.errors import S3Error
 from app.domain.objects import FileSegment, ObjectMeta
 from app.domain.policy import Policy
@@ -323,6 +324,11 @@ class ReadCache:
         self._inflight[name] = fill
         rec = entry.recording if isinstance(entry, PendingEntry) and body is not None else None
         single = rec is not None and entry.blocks == 1
+        # A fill that holds a whole object (a one-block object's discovery GET) is checked against
+        # the checksum the remote stored, when it sent one: corrupt bytes are never published.
+        expected = whole_object_checksum(entry.meta.checksums) if single and length == entry.size else None
+        digest = new_checksum(expected[0]) if expected else None
+        fill.holds_last = digest is not None
 
         def fetch() -> None:
             src = body
@@ -341,6 +347,8 @@ class ReadCache:
                     if not chunk:
                         break
                     fill.file.write(chunk)
+                    if digest is not None:
+                        digest.update(chunk)
                     loop.call_soon_threadsafe(fill.notify)
                     if rec is not None and not single and not rec.settled.is_set():
                         keep = self._settle(rec, 0, loop) is not None  # first bytes are out: now the row
@@ -348,6 +356,10 @@ class ReadCache:
                         break
                 if fill.file.written != length:
                     raise S3Error("ServiceUnavailable", f"the remote sent {fill.file.written} of {length} bytes")
+                if digest is not None and expected is not None and digest.b64digest() != expected[1]:
+                    metrics.cache_corrupt()
+                    raise S3Error("InternalError", f"The remote's bytes do not match its stored {expected[0]} "
+                                  "checksum; nothing was cached.")
                 if not keep:
                     self.store.discard(fill.file)
                     return

@@ -401,6 +401,38 @@ def test_a_remote_that_fails_mid_block_leaves_no_entry_and_the_next_read_succeed
     client.close()
 
 
+def test_bytes_that_do_not_match_the_remotes_checksum_are_never_cached(cgw: GatewayProcess, proxy: CountingProxy,
+                                                                       cbucket: str, remote: Any) -> None:
+    """A one-block object fetched whole is verified against its stored checksum: a corrupted
+    body never completes an answer and never becomes an entry; the next read caches it."""
+    data = os.urandom(300_000)
+    put_remote(remote, cbucket, "verify/obj", data, ChecksumAlgorithm="CRC32")
+    stored = remote.get_object(Bucket=cbucket, Key="verify/obj", ChecksumMode="ENABLED")
+    assert stored.get("ChecksumCRC32"), "SeaweedFS must return the stored checksum for this test"
+    proxy.reset()
+    proxy.corrupt_at = len(data) - 5000
+    import urllib3
+
+    client = cgw.client(signature_version="s3v4")
+    url = client.generate_presigned_url("get_object", Params={"Bucket": cbucket, "Key": "verify/obj"})
+    got = bytearray()
+    answer = urllib3.PoolManager(retries=False, timeout=30).request("GET", url, preload_content=False)
+    with contextlib.suppress(urllib3.exceptions.HTTPError):
+        for chunk in answer.stream(64 * 1024):
+            got += chunk
+    assert len(got) < len(data), "a corrupted answer must not complete"
+    assert got[:len(data) - 5000] == data[:min(len(got), len(data) - 5000)]
+    proxy.corrupt_at = None
+    time.sleep(0.3)
+    assert cache_row(cgw, cbucket, "verify/obj") is None
+    assert read(cgw, cbucket, "verify/obj") == data
+    assert wait_row(cgw, cbucket, "verify/obj") == ("ready", len(data))
+    proxy.reset()
+    assert read(cgw, cbucket, "verify/obj") == data
+    assert proxy.gets("verify/obj") == []
+    client.close()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Single-flight across worker processes
 

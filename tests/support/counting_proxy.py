@@ -52,6 +52,7 @@ class CountingProxy:
         self.stalled = threading.Event()
         self.release = threading.Event()
         self.cut_held = False  # a released held body is cut off instead (a remote that fails mid-body)
+        self.corrupt_at: int | None = None  # flip this byte of every GET body (a remote that lies)
         self._lock = threading.Lock()
         self._busy = threading.Condition()
         self._in_flight = 0
@@ -109,6 +110,10 @@ class CountingProxy:
                         chunk = resp.read(256 * 1024)
                         if not chunk:
                             break
+                        flip = proxy.corrupt_at
+                        if self.command == "GET" and flip is not None and sent <= flip < sent + len(chunk):
+                            at = flip - sent
+                            chunk = chunk[:at] + bytes([chunk[at] ^ 0xFF]) + chunk[at + 1:]
                         stall = proxy.stall_after
                         if self.command == "GET" and stall is not None and sent <= stall < sent + len(chunk):
                             emit(chunk[:stall - sent])
@@ -158,6 +163,7 @@ class CountingProxy:
             self.seen.clear()
         self.stall_after = None
         self.cut_held = False
+        self.corrupt_at = None
         self.stalled.clear()
         self.release.set()
         self.release = threading.Event()

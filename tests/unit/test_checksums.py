@@ -275,3 +275,12 @@ def test_verify_expected_reports_malformed_before_mismatch() -> None:
 def test_verify_expected_requires_the_algorithm_to_be_computed() -> None:
     with pytest.raises(ValueError):
         verify_expected(digests_of(b"data"), None, {"CRC32": "AAAAAA=="})
+
+
+def test_whole_object_checksum_prefers_the_cheapest_and_skips_composites() -> None:
+    from app.domain.checksums import whole_object_checksum
+
+    assert whole_object_checksum({}) is None
+    assert whole_object_checksum({"SHA256": "abc=", "CRC32C": "def="}) == ("CRC32C", "def=")
+    assert whole_object_checksum({"CRC32": "AAAAAA==-3"}) is None  # a multipart upload's composite
+    assert whole_object_checksum({"CRC32": "AAAAAA==-3", "SHA1": "x="}) == ("SHA1", "x=")
