@@ -335,6 +335,7 @@ class ReadCache:
             error: BaseException | None = None
             keep = True  # False: a write raced the discovery; serve these bytes, cache nothing
             published = False
+            accounted: int | None = None  # the entry row this block's bytes were added to
             try:
                 if src is None:
                     first = index * entry.block_size
@@ -363,19 +364,26 @@ class ReadCache:
                 if not keep:
                     self.store.discard(fill.file)
                     return
-                self.store.publish(fill.file)
-                published = True
-                metrics.remote_fetched(length)
+                # Account the block before it becomes visible: a crash in between leaves a row
+                # that over-counts (corrected when it is evicted), never a file no row accounts for.
                 if single:
-                    # One commit records the entry with its only block (rec is not None here).
-                    recorded = self._settle(rec, length, loop) is not None  # type: ignore[arg-type]
+                    recorded = self._settle(rec, length, loop)  # type: ignore[arg-type]
+                    accounted = recorded.id if recorded is not None else None
                 else:
                     entry_id = entry.id or (entry.recording.wait() if isinstance(entry, PendingEntry)
                                             and entry.recording else None)
-                    recorded = bool(entry_id) and self.index.add_bytes(entry_id, length)  # type: ignore[arg-type]
-                if not recorded:
-                    # The entry was evicted, replaced or never written while this block was in
-                    # flight: an unaccounted block would be space nobody can reclaim.
+                    accounted = entry_id if entry_id and self.index.add_bytes(entry_id, length) else None
+                if accounted is None:
+                    # The entry was evicted, replaced or never written while this block was in flight.
+                    self.store.discard(fill.file)
+                    return
+                self.store.publish(fill.file)
+                published = True
+                metrics.remote_fetched(length)
+                now = self.index.get(entry.bucket, entry.key)
+                if now is None or now.id != accounted or now.state != "ready":
+                    # Evicted or replaced between the accounting and the rename: nobody would
+                    # reclaim this file.
                     self.store.delete(name)
             except BaseException as exc:  # the readers get the error; the next read refetches
                 error = exc
@@ -383,6 +391,9 @@ class ReadCache:
                     self.store.delete(name)
                 else:
                     self.store.discard(fill.file)
+                    if accounted is not None:  # counted, never published: take the bytes back
+                        with contextlib.suppress(Exception):
+                            self.index.add_bytes(accounted, -length)
                 if isinstance(exc, S3Error) and exc.code == "PreconditionFailed":
                     # The object changed behind the cache: this entry is gone.
                     with contextlib.suppress(Exception):
