@@ -224,15 +224,12 @@ def verify_expected(digests: BodyDigests, content_md5: str | None, expected: dic
             raise S3Error("BadDigest", f"The {name} you specified did not match the calculated checksum.")
 
 
-# Cheapest first: a fill verifies with one digest, and CRCs cost a fraction of a hash.
-_VERIFY_ORDER = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
-
-
 def whole_object_checksum(stored: Mapping[str, str]) -> tuple[str, str] | None:
     """The (algorithm, value) to verify a whole object's bytes against, from the checksums the
     remote stored; None when there is none of the whole object (a multipart upload's composite
-    checksum, ``<b64>-<parts>``, covers its parts' digests, not the bytes)."""
-    for algorithm in _VERIFY_ORDER:
+    checksum, ``<b64>-<parts>``, covers its parts' digests, not the bytes). ALGORITHMS lists the
+    CRCs first: they cost a fraction of a hash."""
+    for algorithm in ALGORITHMS:
         value = stored.get(algorithm)
         if value and "-" not in value:
             return algorithm, value

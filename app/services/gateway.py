@@ -154,9 +154,9 @@ class Gateway:
         self.part_copies = part_copies or PartCopies()
         self._ahead: set[asyncio.Future[None]] = set()
         self._ahead_limiter = anyio.CapacityLimiter(part_concurrency)
-        self._reserved = 0
-        self._dirty_cached = 0
-        self._dirty_read_at = -1.0  # bytes of bodies being received by this process
+        self._reserved = 0  # bytes of bodies being received by this process
+        self._dirty_cached = 0  # the journal's dirty bytes as last read (see _dirty_bytes)
+        self._dirty_read_at = -1.0
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
 
     async def _check_bucket(self, bucket: str) -> None:
@@ -429,7 +429,7 @@ class Gateway:
             first = True
             while True:
                 # The first bytes go out as soon as they arrive; then full chunks (fewer hops).
-                chunk = await self._run(read_available if first else _read_full, body, READ_CHUNK)
+                chunk = await (self._run(read_available, body, READ_CHUNK) if first else self._run(body.read, READ_CHUNK))
                 first = False
                 if not chunk:
                     return
@@ -811,10 +811,6 @@ class Gateway:
             await self._run(self.blobs.delete, blob)
         await self._written(bucket, key)
         return etag
-
-
-def _read_full(body: BinaryIO, amt: int) -> bytes:
-    return body.read(amt)
 
 
 def _parse_copy_range(header: str | None, size: int) -> tuple[int, int] | None:

@@ -41,7 +41,7 @@ from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
 from app.services.policies import PolicyBook
-from app.services.recording import PendingEntry, Recording
+from app.services.recording import PendingEntry, Recording, row_id
 
 log = logging.getLogger("ferry.cache")
 T = TypeVar("T")
@@ -370,8 +370,7 @@ class ReadCache:
                     recorded = self._settle(rec, length, loop)  # type: ignore[arg-type]
                     accounted = recorded.id if recorded is not None else None
                 else:
-                    entry_id = entry.id or (entry.recording.wait() if isinstance(entry, PendingEntry)
-                                            and entry.recording else None)
+                    entry_id = row_id(entry)
                     accounted = entry_id if entry_id and self.index.add_bytes(entry_id, length) else None
                 if accounted is None:
                     # The entry was evicted, replaced or never written while this block was in flight.
@@ -432,8 +431,7 @@ class ReadCache:
         running = self._discovering.get(k)
         if running is not None and running.done() and running.exception() is None:
             shared = running.result()
-            if isinstance(shared, PendingEntry) and shared.recording and shared.recording.settled.is_set() \
-                    and shared.recording.entry_id is None:
+            if isinstance(shared, PendingEntry) and shared.recording and shared.recording.failed:
                 running = None  # its fetch failed (the loop has not heard yet): discover afresh
         if running is not None:
             return await asyncio.shield(running)

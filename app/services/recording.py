@@ -49,7 +49,19 @@ class Recording:
         """The row's id once written; None if it was not (a write raced the discovery, an error)."""
         return self.entry_id if self.settled.wait(timeout) else None
 
+    @property
+    def failed(self) -> bool:
+        """Settled without a row: whoever holds its pending entry should discover again."""
+        return self.settled.is_set() and self.entry_id is None
+
 
 @dataclass
 class PendingEntry(Entry):
     recording: Recording | None = None
+
+
+def row_id(entry: Entry) -> int | None:
+    """The entry's row id; for a pending entry, once its row is written (None if it never is)."""
+    if isinstance(entry, PendingEntry) and entry.recording is not None:
+        return entry.recording.wait()
+    return entry.id or None
