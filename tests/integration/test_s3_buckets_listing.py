@@ -36,12 +36,17 @@ def s3_error(call: Callable[..., Any], **kwargs: Any) -> tuple[int, dict[str, An
 
 @pytest.fixture(scope="module")
 def listed(gateway: GatewayProcess) -> str:
-    """A bucket holding KEYS (each object's body is its key)."""
+    """A bucket holding KEYS (each object's body is its key), durable on the remote.
+
+    Written through the HTTP gateway but also listed through the HTTPS one, which has its own
+    journal (embedded mode): only a flushed write is visible there.
+    """
     client = gateway.client()
     name = f"l-{uuid.uuid4().hex[:16]}"
     client.create_bucket(Bucket=name)
     for key in KEYS:
         client.put_object(Bucket=name, Key=key, Body=key.encode())
+    gateway.flush(name)
     return name
 
 
