@@ -369,6 +369,14 @@ def instrument_boto_client(client: Any) -> None:
     events.register("after-call-error.s3.*", after_error, unique_id="ferry-metrics-after-error")
 
 
+def remote_call_done(operation: str, outcome: str, started: float, retries: int = 0) -> None:
+    """The same figures for a remote call made without botocore's client (``remote_get``)."""
+    REMOTE_REQUESTS.labels(operation, outcome).inc()
+    REMOTE_DURATION.labels(operation).observe(time.perf_counter() - started)
+    if retries:
+        REMOTE_RETRIES.labels(operation).inc(retries)
+
+
 def _remote_done(operation: str, outcome: str, context: dict[str, Any]) -> None:
     started = context.pop(_T0, None)
     REMOTE_REQUESTS.labels(operation, outcome).inc()
