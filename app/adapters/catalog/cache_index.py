@@ -130,6 +130,15 @@ class CacheIndex:
                                             T.c.key == bindparam("k"))
         self._touch = (update(T).where(T.c.id == bindparam("eid"))
                        .values(last_access=bindparam("at"), hits=T.c.hits + bindparam("n")))
+        # put_ready runs once per miss: statements built once compile once (cache key memoized).
+        self._written_since = (select(func.count()).select_from(T)
+                               .where(T.c.bucket == bindparam("b"), T.c.key == bindparam("k"),
+                                      T.c.state == "invalid", T.c.validated_at >= bindparam("since")))
+        self._delete_own = delete(T).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
+                                           T.c.key == bindparam("k"))
+        self._insert = insert(T)
+        self._add_bytes = (update(T).where(T.c.id == bindparam("eid"), T.c.state == "ready")
+                           .values(cached_bytes=T.c.cached_bytes + bindparam("nbytes")))
 
     @contextlib.contextmanager
     def _begin(self) -> Iterator[Connection]:
@@ -157,16 +166,13 @@ class CacheIndex:
                   "version_id": meta.version_id, "size": meta.size, "block_size": block_size,
                   "meta_json": meta_to_json(meta), "tenant_id": tenant_id, "state": "ready", "pinned": pinned,
                   "cached_bytes": cached_bytes, "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
-        written = select(func.count()).select_from(T).where(
-            T.c.bucket == bucket, T.c.key == meta.key, T.c.state == "invalid", T.c.validated_at >= started)
         for _ in range(3):
             with self._begin() as conn:
-                if conn.execute(written).scalar():
+                if conn.execute(self._written_since, {"b": bucket, "k": meta.key, "since": started}).scalar():
                     return None
-                conn.execute(delete(T).where(T.c.node_id == self.node_id, T.c.bucket == bucket,
-                                             T.c.key == meta.key))
+                conn.execute(self._delete_own, {"n": self.node_id, "b": bucket, "k": meta.key})
                 try:
-                    row_id = conn.execute(insert(T).values(**values)).inserted_primary_key[0]
+                    row_id = conn.execute(self._insert, values).inserted_primary_key[0]
                 except IntegrityError:
                     continue  # another process inserted between delete and insert: retry
             return Entry(int(row_id), bucket, meta.key, meta.etag, meta.size, block_size, meta, tenant_id, "ready",
@@ -192,8 +198,7 @@ class CacheIndex:
     def add_bytes(self, entry_id: int, nbytes: int) -> bool:
         """Account a published block; False when the entry is gone (evicted or replaced meanwhile)."""
         with self._begin() as conn:
-            return bool(conn.execute(update(T).where(T.c.id == entry_id, T.c.state == "ready")
-                                     .values(cached_bytes=T.c.cached_bytes + nbytes)).rowcount)
+            return bool(conn.execute(self._add_bytes, {"eid": entry_id, "nbytes": nbytes}).rowcount)
 
     def validated(self, entry_ids: Iterable[int], at: float | None = None) -> None:
         ids = list(entry_ids)
