@@ -37,6 +37,20 @@ class FileSegment:
     length: int
 
 
+@dataclass(frozen=True, slots=True)
+class FileRange:
+    """Bytes ``offset .. offset+length-1`` of an open descriptor, yielded instead of a chunk by a
+    stream opened with ``file_ranges``: the server sends them without copying them through
+    Python. Valid only until the stream is resumed (the stream owns and closes the descriptor)."""
+
+    fd: int
+    offset: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+
 @dataclass(slots=True)
 class ObjectSummary:
     key: str

@@ -17,7 +17,7 @@ import anyio.to_thread
 from app import metrics
 from app.adapters.catalog.repo import Catalog
 from app.domain.errors import S3Error
-from app.domain.objects import FileSegment
+from app.domain.objects import FileRange, FileSegment
 from app.logs import REQUEST_ID, new_request_id
 from app.s3 import xml
 from app.s3.request import ClientDisconnected, S3Request, parse_query, split_target
@@ -118,7 +118,7 @@ class S3App:
         bucket, key = split_target(raw_path, headers.get("host", ""), self.domain)
         query = parse_query(scope.get("query_string", b""))
         return S3Request(scope["method"], bucket, key, query, headers, raw_path, receive,  # type: ignore[arg-type]
-                         request_id=request_id)
+                         request_id=request_id, zero_copy=ZEROCOPY in (scope.get("extensions") or {}))
 
     async def _authenticate(self, req: S3Request, scope: Scope) -> None:
         access_key = access_key_of(req.headers, scope.get("query_string", b""))
@@ -170,10 +170,18 @@ class S3App:
         if opened is not None:
             await _send_segments(send, response.files or [], opened)
             return
-        sent = 0
+        sent = zero_copied = 0
         async for chunk in body:
             sent += len(chunk)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if isinstance(chunk, FileRange):
+                # Bytes already in a local file (a miss's block as it fills): the kernel sends them.
+                await send({"type": ZEROCOPY, "file": chunk.fd, "offset": chunk.offset, "count": chunk.length,
+                            "more_body": True})
+                zero_copied += chunk.length
+            else:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if zero_copied:
+            metrics.zerocopy_sent(zero_copied)
         if response.length is not None and sent != response.length:
             # Never let a short body look complete: drop the connection instead.
             raise RuntimeError(f"body ended after {sent} of {response.length} bytes")

@@ -66,6 +66,7 @@ class S3Request:
     auth: AuthResult | None = None
     tenant_id: int | None = None
     request_id: str = ""
+    zero_copy: bool = False  # the server sends file ranges itself (ASGI zerocopysend offered)
     _body: RequestBody | None = field(default=None, repr=False)
 
     def header(self, name: str, default: str | None = None) -> str | None:

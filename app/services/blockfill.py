@@ -1,8 +1,9 @@
 """A block being fetched from the remote, readable while it fills (the tee of a miss).
 
 The fetch runs in a worker thread and appends to a file in ``cache/tmp``; readers in the same
-process follow it with ``pread`` on their own descriptor, so the first byte of a miss reaches the
-client as soon as it arrives, and every reader of the block shares one remote request.
+process follow it with their own descriptor (``pread``, or ranges of it the server sends with
+``sendfile``), so the first byte of a miss reaches the client as soon as it arrives, and every
+reader of the block shares one remote request.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from app.adapters.cachestore import FillFile
 from app.domain.errors import S3Error
+from app.domain.objects import FileRange
 
 INLINE_READ = 256 * 1024
 SEND_CHUNK = 4 * 1024 * 1024
@@ -69,14 +71,20 @@ class Fill:
         if self.error is not None:
             raise self.error
 
-    async def follow(self, fd: int, first: int, last: int) -> AsyncIterator[bytes]:
-        """Bytes ``first..last`` of the block as they land; raises if the fetch fails."""
+    async def follow(self, fd: int, first: int, last: int,
+                     file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
+        """Bytes ``first..last`` of the block as they land; raises if the fetch fails. With
+        ``file_ranges``, what has landed is yielded as ranges of ``fd`` instead of read."""
         pos = first
         try:
             while pos <= last:
                 available = min(self.visible, last + 1)
                 if available > pos:
                     n = min(available - pos, SEND_CHUNK)
+                    if file_ranges:
+                        yield FileRange(fd, pos, n)
+                        pos += n
+                        continue
                     if n <= INLINE_READ:
                         chunk = os.pread(fd, n, pos)
                     else:

@@ -340,8 +340,10 @@ class Gateway:
         return None, self.cache.index.get(bucket, key)
 
     async def get_object(self, bucket: str, key: str, range_header: str | None,
-                         byte_range: Callable[[int], ByteRange | None], tenant_id: int | None = None) -> ObjectRead:
-        """Open the object; ``byte_range(size)`` turns the Range header into what to serve."""
+                         byte_range: Callable[[int], ByteRange | None], tenant_id: int | None = None, *,
+                         file_ranges: bool = False) -> ObjectRead:
+        """Open the object; ``byte_range(size)`` turns the Range header into what to serve. With
+        ``file_ranges`` a cached read's stream may yield ``FileRange`` items instead of bytes."""
         validate_key(key)
         policy = self.policy(bucket, key)
         row, entry = await self._lookup(bucket, key, policy)
@@ -352,7 +354,7 @@ class Gateway:
             entry = None  # destaged meanwhile: look the cache up again
         if self.cache is not None and policy.caches:
             cached = await self.cache.read(bucket, key, range_header, byte_range, policy, tenant_id,
-                                           entry if row is None else LOOKUP)
+                                           entry if row is None else LOOKUP, file_ranges=file_ranges)
             if cached is not None:
                 return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files)
         elif self.cache is not None:

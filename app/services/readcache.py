@@ -36,7 +36,7 @@ from app.adapters.catalog.cache_index import CacheIndex, Entry
 from app.adapters.remote import RemoteStore, read_available
 from app.domain.checksums import new_checksum, whole_object_checksum
 from app.domain.errors import S3Error
-from app.domain.objects import FileSegment, ObjectMeta
+from app.domain.objects import FileRange, FileSegment, ObjectMeta
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
@@ -167,9 +167,10 @@ class ReadCache:
     # ---- reads -------------------------------------------------------------------------------
     async def read(self, bucket: str, key: str, range_header: str | None,
                    byte_range: Callable[[int], ByteRange | None], policy: Policy,
-                   tenant_id: int | None, known: Any = LOOKUP) -> CachedRead | None:
+                   tenant_id: int | None, known: Any = LOOKUP, *, file_ranges: bool = False) -> CachedRead | None:
         """Open the object through the cache; None when the caller should read the remote directly
-        (second-hit admission's first miss, or a write raced the discovery)."""
+        (second-hit admission's first miss, or a write raced the discovery). With ``file_ranges``
+        the stream may yield ``FileRange`` items (for a server that sends files itself)."""
         entry, outcome = await self.current(bucket, key, policy, known)
         if entry is None:
             if policy.admission == "second-hit" and not await self._run(self.index.mark_seen, bucket, key, tenant_id):
@@ -189,7 +190,7 @@ class ReadCache:
         files = self._segments(entry, first, last) if outcome != "miss" else None
         if files is not None:
             metrics.served_bytes(outcome, bucket, max(0, last - first + 1))
-        stream = self._stream(entry, first, last, outcome, record=files is None)
+        stream = self._stream(entry, first, last, outcome, record=files is None, file_ranges=file_ranges)
         return CachedRead(entry.meta, rng, stream, lambda: None, outcome, files)
 
     def _segments(self, entry: Entry, first: int, last: int) -> list[FileSegment] | None:
@@ -213,7 +214,7 @@ class ReadCache:
         self._touches[entry.id] = (time.time(), hits + 1)
 
     async def _stream(self, entry: Entry, first: int, last: int, outcome: str, *,
-                      record: bool = True) -> AsyncIterator[bytes]:
+                      record: bool = True, file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
         if last < first:
             return
         size = entry.block_size
@@ -239,7 +240,7 @@ class ReadCache:
                 end = min(last, idx * size + entry.block_length(idx) - 1) - idx * size
                 if not isinstance(source, Fill) and not os.path.exists(source):
                     source, _ = await self.acquire(entry, idx)  # evicted meanwhile: fetch it again
-                async for chunk in self._serve(source, start, end):
+                async for chunk in self._serve(source, start, end, file_ranges):
                     served += len(chunk)
                     yield chunk
                     if not reading_ahead:
@@ -251,11 +252,12 @@ class ReadCache:
             if record:
                 metrics.served_bytes(outcome, entry.bucket, served)
 
-    async def _serve(self, source: Any, start: int, end: int) -> AsyncIterator[bytes]:
+    async def _serve(self, source: Any, start: int, end: int,
+                     file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
         if isinstance(source, Fill):
             fd = source.reader_fd()
             if fd is not None:
-                async for chunk in source.follow(fd, start, end):
+                async for chunk in source.follow(fd, start, end, file_ranges):
                     yield chunk
                 return
             source = self.store.path(source.name)
@@ -267,6 +269,9 @@ class ReadCache:
         try:
             if length <= INLINE_READ:
                 yield os.pread(fd, length, start)
+                return
+            if file_ranges:
+                yield FileRange(fd, start, length)
                 return
             # Slices of a read-only map go to the socket without a copy into Python bytes; the
             # map is freed when the last slice is (block files are never truncated, only unlinked).

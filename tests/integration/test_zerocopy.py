@@ -201,3 +201,46 @@ def test_tls_gateway_serves_hits_without_zero_copy(gateway_tls: GatewayProcess, 
         assert get(gateway_tls, seaweed_bucket, "tls.bin", Range="bytes=1000-5000000") == data[1000:5000001]
     assert metric(gateway_tls, "ferry_cache_requests_total", 'outcome="hit"') > hits
     assert zerocopy_bytes(gateway_tls) == 0
+
+
+def test_a_miss_is_sent_zero_copy_from_the_filling_blocks(zgw: GatewayProcess, proxy: CountingProxy,
+                                                          zbucket: str, seaweed: Any) -> None:
+    """A cold read follows its blocks as they fill and hands the landed ranges to the kernel: the
+    client gets exact bytes, and every byte counts as zero-copy (none went through Python)."""
+    data = os.urandom(2 * BLOCK + 777_777)
+    put_remote(seaweed.client(), zbucket, "cold.bin", data)
+    put_remote(seaweed.client(), zbucket, "cold-range.bin", data)
+    proxy.reset()
+    before = zerocopy_bytes(zgw)
+    assert get(zgw, zbucket, "cold.bin") == data
+    assert zerocopy_bytes(zgw) - before == len(data)
+    first, last = BLOCK - 300_000, 2 * BLOCK + 300_000  # pieces above the inline-read size
+    before = zerocopy_bytes(zgw)
+    assert get(zgw, zbucket, "cold-range.bin", Range=f"bytes={first}-{last}") == data[first:last + 1]
+    assert zerocopy_bytes(zgw) - before == last - first + 1
+    assert len(proxy.gets("cold.bin")) >= 1 and len(proxy.gets("cold-range.bin")) >= 1  # both were misses
+    assert get(zgw, zbucket, "cold.bin") == data  # and now a hit
+
+
+def test_a_client_leaving_a_zero_copy_miss_leaks_nothing(zgw: GatewayProcess, zbucket: str, seaweed: Any) -> None:
+    data = os.urandom(3 * BLOCK)
+    put_remote(seaweed.client(), zbucket, "left.bin", data)
+    host = urllib.parse.urlsplit(zgw.endpoint)
+    path = presigned(zgw, zbucket, "left.bin")[len(zgw.endpoint):]
+    fds_before = open_fds(zgw)
+    sock = socket.create_connection((host.hostname or "127.0.0.1", host.port or 80))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host.netloc}\r\n\r\n".encode())
+    received = 0
+    while received < 2 * MiB:
+        chunk = sock.recv(1024 * 1024)
+        assert chunk
+        received += len(chunk)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
+    assert get(zgw, zbucket, "left.bin") == data  # the fills outlived the reader that left
+    deadline = time.monotonic() + 10
+    while open_fds(zgw) > fds_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert open_fds(zgw) <= fds_before, "fill descriptors, socket dups or sockets leaked"
+    assert "Traceback" not in zgw.log_tail(20000)

@@ -79,7 +79,7 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
     bucket, key = _target(req)
     range_header = honoured_range_header(req.header("range"))
     ranger: Callable[[int], ByteRange | None] = lambda size: parse_range(range_header, size)  # noqa: E731
-    read = await gw.get_object(bucket, key, range_header, ranger, req.tenant_id)
+    read = await gw.get_object(bucket, key, range_header, ranger, req.tenant_id, file_ranges=req.zero_copy)
     try:
         _conditions(req, read.meta)
     except S3Error:
