@@ -383,18 +383,22 @@ def flush(
 def evict(
     target: Annotated[str | None, typer.Argument(help="s3://bucket/prefix to drop from the read cache")] = None,
     wipe: Annotated[bool, typer.Option("--wipe", help="Drop this node's whole read cache.")] = False,
+    orphans: Annotated[bool, typer.Option("--orphans", help="Delete block files no cache entry accounts for.")] = False,
     url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Drop cached (clean) data; writes not yet on the remote are never touched."""
     admin = Admin(url, token)
     if wipe:
         data = admin.post("/admin/cache/wipe")
+    elif orphans:
+        data = admin.post("/admin/cache/sweep", {"grace_seconds": 600})
     elif target:
         bucket, prefix = parse_target(target)
         data = admin.post("/admin/cache/evict", {"bucket": bucket, "prefix": prefix})
     else:
-        _fail("name s3://bucket/prefix to evict, or --wipe")
-    _emit(data, as_json, lambda d: f"evicted {d['entries']} entries, {human(d['bytes'])}")
+        _fail("name s3://bucket/prefix to evict, or --wipe, or --orphans")
+    what = "orphan block files" if orphans and not wipe else "entries"
+    _emit(data, as_json, lambda d: f"evicted {d['entries']} {what}, {human(d['bytes'])}")
 
 
 def status(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:

@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +130,25 @@ class CacheStore:
                         os.unlink(item.path)
                         removed += 1
         return removed
+
+    def block_files(self, shard: str) -> Iterator[tuple[str, float, int]]:
+        """(name, ctime, size) of the published blocks in one shard directory ("00" .. "ff").
+        The ctime is when the block was renamed into place (its publication)."""
+        if len(shard) != 2 or not all(c in "0123456789abcdef" for c in shard):
+            raise ValueError("not a shard name")
+        try:
+            it = os.scandir(self.blocks / shard)
+        except FileNotFoundError:
+            return
+        with it:
+            for item in it:
+                if len(item.name) != 64:
+                    continue
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                yield item.name, st.st_ctime, st.st_size
 
     def wipe(self) -> None:
         """Drop every cached block (clean data only lives here; the remote has it)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 from fastapi.encoders import jsonable_encoder
+from pydantic import Field
 
 from app.adapters.catalog.cache_usage import CacheUsage, CacheUsageQueries
 from app.admin.auth import Authenticator
@@ -44,6 +45,11 @@ class EvictIn(Model):
     prefix: Prefix = ""
 
 
+class SweepIn(Model):
+    grace_seconds: float = Field(600.0, ge=0, le=86400 * 30,
+                                 description="only block files published longer ago than this are judged")
+
+
 def router(container: Container, auth: Authenticator) -> APIRouter:
     queries = CacheUsageQueries(container.catalog.engine)
     api = APIRouter(prefix="/admin/cache", tags=["cache"])
@@ -78,5 +84,13 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         """Drop this node's whole read cache. Buffered writes are kept."""
         entries, nbytes = await run(engine().wipe)
         return Counted(entries=entries, bytes=nbytes)
+
+    @api.post("/sweep", response_model=Counted, dependencies=auth.write())
+    async def sweep(body: SweepIn | None = None) -> Counted:
+        """Delete block files that no cache entry of this node accounts for (left by a crash
+        between an entry's delete and the unlink of its blocks). Also runs daily on its own."""
+        grace = body.grace_seconds if body is not None else SweepIn().grace_seconds
+        files, nbytes = await run(engine().sweep_orphans, grace)
+        return Counted(entries=files, bytes=nbytes)
 
     return api

@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.support.counting_proxy import CountingProxy
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
 
 MiB = 1024 * 1024
 BLOCK = 4 * MiB
@@ -688,3 +689,60 @@ def test_bulk_revalidation_keeps_entries_a_listing_order_quirk_leaves_out(proxy:
         for key in keys:
             assert read(gw, cbucket, key) == key.encode()
         assert proxy.gets() == [], "unchanged entries were dropped by the revalidation"
+
+
+def admin_post(gw: GatewayProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(f"{gw.endpoint}{path}", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}",
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        result: dict[str, Any] = json.loads(r.read())
+    return result
+
+
+def block_files(gw: GatewayProcess) -> dict[str, int]:
+    root = gw.data_dir / "cache" / "blocks"
+    return {p.name: p.stat().st_size for p in root.glob("*/*") if p.is_file()}
+
+
+def test_the_sweep_deletes_only_block_files_no_entry_accounts_for(proxy: CountingProxy, cbucket: str, remote: Any,
+                                                                   tmp_path: Path) -> None:
+    """A crash between an entry's delete and the unlink of its blocks leaves files the budget never
+    sees; the sweep finds them by the names the rows own, and nothing a row owns is touched."""
+    with GatewayProcess(proxy, tmp_path / "gw", env=cache_env()) as gw:
+        kept, dropped = os.urandom(2 * BLOCK + 1234), os.urandom(300_000)
+        put_remote(remote, cbucket, "sweep/kept", kept)
+        put_remote(remote, cbucket, "sweep/dropped", dropped)
+        assert read(gw, cbucket, "sweep/kept") == kept
+        assert read(gw, cbucket, "sweep/dropped") == dropped
+        assert wait_row(gw, cbucket, "sweep/kept") and wait_row(gw, cbucket, "sweep/dropped")
+        deadline = time.monotonic() + 10
+        while len(block_files(gw)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = block_files(gw)
+        assert len(before) == 4  # three blocks of "kept", one of "dropped"
+        # The crash: the row of "dropped" is gone, its block file is not.
+        db = sqlite3.connect(gw.data_dir / "ferry.db")
+        db.execute("DELETE FROM cache_entries WHERE key = 'sweep/dropped'")
+        db.commit()
+        db.close()
+        # And two strays with block-shaped names nobody owns.
+        strays = {}
+        for _ in range(2):
+            name = hashlib.sha256(os.urandom(16)).hexdigest()
+            (gw.data_dir / "cache" / "blocks" / name[:2]).mkdir(exist_ok=True)
+            (gw.data_dir / "cache" / "blocks" / name[:2] / name).write_bytes(b"x" * 1000)
+            strays[name] = 1000
+
+        assert admin_post(gw, "/admin/cache/sweep", {}) == {"entries": 0, "bytes": 0}  # all too recent
+        result = admin_post(gw, "/admin/cache/sweep", {"grace_seconds": 0})
+        assert result == {"entries": 3, "bytes": 300_000 + 2000}
+        after = block_files(gw)
+        assert set(after) == set(before) - {n for n, size in before.items() if size == 300_000}
+        assert 'ferry_cache_evictions_total{reason="orphan"} 3.0' in metrics_text(gw)
+
+        proxy.reset()
+        assert read(gw, cbucket, "sweep/kept") == kept
+        assert not proxy.gets("sweep/kept")  # every owned block survived: still all hits
+        assert read(gw, cbucket, "sweep/dropped") == dropped
+        assert len(proxy.gets("sweep/dropped")) == 1  # the orphan's object is simply fetched again

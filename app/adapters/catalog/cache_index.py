@@ -226,6 +226,24 @@ class CacheIndex:
         with self._begin() as conn:
             return bool(conn.execute(delete(T).where(T.c.id == entry.id, T.c.etag == entry.etag)).rowcount)
 
+    def block_owners(self, after_id: int, limit: int) -> list[tuple[int, str, str, str, int, int]]:
+        """(id, bucket, key, etag, size, block_size) of this node's rows that may own block files
+        (ready or invalid), in id order: what the orphan sweep counts as accounted for."""
+        q = (select(T.c.id, T.c.bucket, T.c.key, T.c.etag, T.c.size, T.c.block_size)
+             .where(T.c.node_id == self.node_id, T.c.state.in_(("ready", "invalid")), T.c.id > after_id)
+             .order_by(T.c.id).limit(limit))
+        with self.engine.connect() as conn:
+            return [(int(r[0]), r[1], r[2], r[3], int(r[4]), int(r[5])) for r in conn.execute(q)]
+
+    def block_count(self) -> int:
+        """How many blocks this node's ready and invalid rows name (present or not)."""
+        blocks = (T.c.size + T.c.block_size - 1) // T.c.block_size
+        q = select(func.coalesce(func.sum(blocks), 0), func.count()).where(
+            T.c.node_id == self.node_id, T.c.state.in_(("ready", "invalid")))
+        with self.engine.connect() as conn:
+            total, rows = conn.execute(q).one()
+        return max(int(total or 0), int(rows or 0))
+
     def invalid_entries(self, limit: int = 500) -> list[Entry]:
         q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state == "invalid").limit(limit)
         with self.engine.connect() as conn:
