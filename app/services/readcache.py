@@ -370,6 +370,11 @@ class ReadCache:
                     metrics.cache_corrupt()
                     raise S3Error("InternalError", f"The remote's bytes do not match its stored {expected[0]} "
                                   "checksum; nothing was cached.")
+                if fill.holds_last:
+                    # Verified: the readers get the last byte now, not after the row's commit and
+                    # the rename (which decide what is cached, not what this answer holds).
+                    fill.holds_last = False
+                    loop.call_soon_threadsafe(fill.notify)
                 if not keep:
                     self.store.discard(fill.file)
                     return
