@@ -337,7 +337,7 @@ REMOTE_REQUESTS = Counter("ferry_remote_requests_total",
 REMOTE_DURATION = Histogram("ferry_remote_request_duration_seconds",
                             "Remote S3 API call latency, retries included; for GetObject until the headers",
                             ["operation"], buckets=_LATENCY_BUCKETS)
-REMOTE_RETRIES = Counter("ferry_remote_retries_total", "Retries botocore made of remote calls", ["operation"])
+REMOTE_RETRIES = Counter("ferry_remote_retries_total", "Retries made of remote calls (botocore and the lean GET)", ["operation"])
 
 _T0 = "ferry_metrics_t0"
 
