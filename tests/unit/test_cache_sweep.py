@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,10 +23,10 @@ from app.services.readcache import ReadCache
 BLOCK = 1000
 
 
-def make_cache(tmp_path: Path) -> ReadCache:
-    url = f"sqlite:///{tmp_path / 'ferry.db'}"
+def make_cache(tmp_path: Path, url: str | None = None, node_id: str = "node-a") -> ReadCache:
+    url = url or f"sqlite:///{tmp_path / 'ferry.db'}"
     upgrade(url)
-    index = CacheIndex(make_engine(url, synchronous="NORMAL"), "node-a")
+    index = CacheIndex(make_engine(url, synchronous="NORMAL"), node_id)
     return ReadCache(index, CacheStore(tmp_path), None, None, block_size=BLOCK)  # type: ignore[arg-type]
 
 
@@ -68,6 +69,28 @@ def test_sweep_keeps_owned_blocks_and_deletes_the_rest(tmp_path: Path, monkeypat
     assert all(cache.store.path(name).exists() for name in owned)
     assert not any(cache.store.path(name).exists() for name in gone + strays)
     assert cache.sweep_orphans(grace=0) == (0, 0)
+
+
+def test_sweep_on_postgresql_counts_only_this_nodes_rows(tmp_path: Path, postgres_url: str) -> None:
+    """Fleet catalog: another node's rows own nothing in this node's data directory."""
+    node = f"sweep-{uuid.uuid4().hex[:8]}"
+    cache = make_cache(tmp_path, postgres_url, node)
+    other = make_cache(tmp_path / "other", postgres_url, node + "-other")
+    try:
+        owned = cached(cache, "shared/key", 2500)
+        foreign = cached(other, "only/there", 1500)
+        for name in foreign:  # the same block names, but in this node's directory
+            path = cache.store.path(name)
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(b"f" * 750)
+        assert cache.index.block_count() == 3
+        assert cache.sweep_orphans(grace=0) == (2, 1500)
+        assert all(cache.store.path(name).exists() for name in owned)
+        assert all(other.store.path(name).exists() for name in foreign)
+    finally:
+        for c in (cache, other):
+            c.index.delete_all()
+            c.index.engine.dispose()
 
 
 def test_a_second_sweeper_of_the_same_data_dir_steps_aside(tmp_path: Path) -> None:
