@@ -132,3 +132,6 @@ def test_flush_status_and_evict(gw: GatewayProcess, seaweed: SeaweedServer) -> N
     assert ferry(gw, "evict").returncode == 1
     wiped = ferry(gw, "evict", "--wipe")
     assert wiped.returncode == 0 and "evicted" in wiped.stdout
+    swept = ferry(gw, "evict", "--orphans")
+    assert swept.returncode == 0 and "orphan block files" in swept.stdout, swept.stdout
+    assert ok_json(ferry(gw, "evict", "--orphans", "--json")) == {"entries": 0, "bytes": 0}
