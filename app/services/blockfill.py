@@ -29,8 +29,7 @@ class Fill:
     file: FillFile
     loop: asyncio.AbstractEventLoop
     read_fd: int = -1
-    holds_last: bool = False  # the last byte waits for the fill's verdict (a checksum to check);
-    # the fetch thread clears it once the bytes are verified
+    holds_last: bool = False  # the last byte waits for the fill's verdict (a checksum to check)
     done: bool = False
     error: BaseException | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)

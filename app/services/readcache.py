@@ -370,11 +370,6 @@ class ReadCache:
                     metrics.cache_corrupt()
                     raise S3Error("InternalError", f"The remote's bytes do not match its stored {expected[0]} "
                                   "checksum; nothing was cached.")
-                if fill.holds_last:
-                    # Verified: the readers get the last byte now, not after the row's commit and
-                    # the rename (which decide what is cached, not what this answer holds).
-                    fill.holds_last = False
-                    loop.call_soon_threadsafe(fill.notify)
                 if not keep:
                     self.store.discard(fill.file)
                     return
@@ -476,7 +471,32 @@ class ReadCache:
                 self._delete_blocks(rec.replaced)
         finally:
             self._release_discovery(rec, entry.id if entry is not None else None, loop)
+        if entry is not None and rec.ranged:
+            loop.call_soon_threadsafe(self._background, self._complete_checksums, entry)
         return entry
+
+    def _background(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` in a thread without anyone waiting for it (on the event loop)."""
+        async def run() -> None:
+            try:
+                await self._run(fn, *args)
+            except Exception:
+                log.exception("cache background task %s failed", getattr(fn, "__name__", fn))
+
+        task = asyncio.ensure_future(run())
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def _complete_checksums(self, entry: Entry) -> None:
+        """A ranged discovery's answer carries no stored checksums (S3 leaves them out of ranged
+        answers). One HEAD completes the row's metadata, so hits answer ``x-amz-checksum-mode``
+        as the remote does. A changed object is left to revalidation."""
+        try:
+            meta = self.remote.head_object(entry.bucket, entry.key)
+        except S3Error:
+            return
+        if meta.etag == entry.etag and meta.checksums:
+            self.index.set_checksums(entry.id, entry.etag, meta.checksums)
 
     def _release_discovery(self, rec: Recording, entry_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
         rec.settle(entry_id)
@@ -519,7 +539,8 @@ class ReadCache:
             same = old is not None and old.etag == meta.etag and old.block_size == self.block_size
             rec = Recording(meta, bucket, self.block_size, tenant_id, policy.pinned, started,
                             old.cached_bytes if old is not None and same else 0, lock,
-                            old if old is not None and not same else None)
+                            old if old is not None and not same else None,
+                            ranged=not whole and not meta.checksums and meta.size > 0)
             entry = rec.provisional()
             name = self._name(entry, index)
             length = entry.block_length(index)

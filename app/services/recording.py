@@ -31,6 +31,7 @@ class Recording:
     cached_bytes: int  # bytes of this same version already cached (a re-discovery)
     lock: str  # the discovery lock, released once the row is written (or given up)
     replaced: Entry | None  # the previous version's row, whose blocks go with it
+    ranged: bool = False  # discovered by a ranged GET: S3 sent no stored checksums with it
     entry_id: int | None = None
     settled: threading.Event = field(default_factory=threading.Event)
 

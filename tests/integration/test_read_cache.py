@@ -746,3 +746,28 @@ def test_the_sweep_deletes_only_block_files_no_entry_accounts_for(proxy: Countin
         assert not proxy.gets("sweep/kept")  # every owned block survived: still all hits
         assert read(gw, cbucket, "sweep/dropped") == dropped
         assert len(proxy.gets("sweep/dropped")) == 1  # the orphan's object is simply fetched again
+
+
+def test_a_ranged_first_read_still_caches_the_remotes_checksums(cgw: GatewayProcess, proxy: CountingProxy,
+                                                                 cbucket: str, remote: Any) -> None:
+    """S3 leaves stored checksums out of ranged answers: after a ranged discovery one HEAD
+    completes the entry, and hits then answer x-amz-checksum-mode exactly as the remote does."""
+    data = os.urandom(BLOCK + 5000)
+    remote.put_object(Bucket=cbucket, Key="ck/ranged", Body=data, ChecksumAlgorithm="CRC32")
+    stored = remote.head_object(Bucket=cbucket, Key="ck/ranged", ChecksumMode="ENABLED")["ChecksumCRC32"]
+    assert read(cgw, cbucket, "ck/ranged", Range="bytes=10-99") == data[10:100]
+    deadline = time.monotonic() + 10
+    while not proxy.requests("HEAD", "ck/ranged") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the row's update follows the HEAD's answer
+    proxy.reset()
+    client = cgw.client()
+    try:
+        head = client.head_object(Bucket=cbucket, Key="ck/ranged", ChecksumMode="ENABLED")
+        assert head["ChecksumCRC32"] == stored
+        got = client.get_object(Bucket=cbucket, Key="ck/ranged", ChecksumMode="ENABLED")
+        assert got["Body"].read() == data and got["ChecksumCRC32"] == stored  # (boto3 validates it too)
+    finally:
+        client.close()
+    assert not proxy.gets("ck/ranged")[1:], "the rest of the object was fetched once, by the GET"
+    assert not proxy.requests("HEAD", "ck/ranged"), "the HEAD was answered from the cache"

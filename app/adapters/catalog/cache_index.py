@@ -195,6 +195,17 @@ class CacheIndex:
                 return True
         return False
 
+    def set_checksums(self, entry_id: int, etag: str, checksums: dict[str, str]) -> bool:
+        """Record the stored checksums of an entry's version (learnt after its discovery)."""
+        with self._begin() as conn:
+            raw = conn.execute(select(T.c.meta_json).where(T.c.id == entry_id, T.c.etag == etag)).scalar()
+            if raw is None:
+                return False
+            data = json.loads(raw)
+            data["checksums"] = dict(checksums)
+            return bool(conn.execute(update(T).where(T.c.id == entry_id, T.c.etag == etag)
+                                     .values(meta_json=json.dumps(data))).rowcount)
+
     def add_bytes(self, entry_id: int, nbytes: int) -> bool:
         """Account a published block; False when the entry is gone (evicted or replaced meanwhile)."""
         with self._begin() as conn:
