@@ -369,19 +369,17 @@ def instrument_boto_client(client: Any) -> None:
     events.register("after-call-error.s3.*", after_error, unique_id="ferry-metrics-after-error")
 
 
-def remote_call_done(operation: str, outcome: str, started: float, retries: int = 0) -> None:
-    """The same figures for a remote call made without botocore's client (``remote_get``)."""
+def remote_call_done(operation: str, outcome: str, started: float | None, retries: int = 0) -> None:
+    """One remote call's figures, from botocore's events or from the lean GET (``remote_get``)."""
     REMOTE_REQUESTS.labels(operation, outcome).inc()
-    REMOTE_DURATION.labels(operation).observe(time.perf_counter() - started)
+    if started is not None:
+        REMOTE_DURATION.labels(operation).observe(time.perf_counter() - started)
     if retries:
         REMOTE_RETRIES.labels(operation).inc(retries)
 
 
 def _remote_done(operation: str, outcome: str, context: dict[str, Any]) -> None:
-    started = context.pop(_T0, None)
-    REMOTE_REQUESTS.labels(operation, outcome).inc()
-    if started is not None:
-        REMOTE_DURATION.labels(operation).observe(time.perf_counter() - started)
+    remote_call_done(operation, outcome, context.pop(_T0, None))
 
 
 # ---- catalog-derived gauges, computed at scrape time --------------------------------------------

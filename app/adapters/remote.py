@@ -24,7 +24,6 @@ from app import metrics
 from app.adapters.remote_get import LeanGetter, client_error, meta_from_headers, streaming_body
 from app.domain.errors import ERROR_TABLE, S3Error
 from app.domain.objects import (
-    CONTENT_HEADERS,
     BucketInfo,
     ListPage,
     ObjectMeta,
@@ -115,26 +114,8 @@ def read_available(body: Any, amt: int) -> bytes:
 
 
 def _meta_from_response(key: str, resp: dict[str, Any]) -> ObjectMeta:
-    headers = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    content = {name: headers[name] for name in CONTENT_HEADERS if name in headers}
-    metadata = {k[len("x-amz-meta-"):]: v for k, v in headers.items() if k.startswith("x-amz-meta-")}
-    checksums = {alg: resp[param] for alg, param in _CHECKSUM_PARAM.items() if resp.get(param)}
-    etag = str(resp.get("ETag", "")).strip('"')
-    size = resp.get("ContentLength", 0)
-    if "ContentRange" in resp:
-        size = int(str(resp["ContentRange"]).rsplit("/", 1)[-1])
-    return ObjectMeta(
-        key=key,
-        size=int(size),
-        etag=etag,
-        last_modified=resp.get("LastModified") or datetime.now(UTC),
-        content_headers=content,
-        metadata=metadata,
-        checksums=checksums,
-        version_id=resp.get("VersionId") if resp.get("VersionId") not in (None, "null") else None,
-        storage_class=resp.get("StorageClass", "STANDARD"),
-        parts_count=resp.get("PartsCount"),
-    )
+    """Metadata from the raw headers botocore kept (the same parse as the lean GET's)."""
+    return meta_from_headers(key, resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}))
 
 
 def object_params(meta_headers: dict[str, str], metadata: dict[str, str]) -> dict[str, Any]:

@@ -31,12 +31,13 @@ from botocore.awsrequest import AWSRequest
 from botocore.response import StreamingBody
 
 from app import metrics
+from app.domain.checksums import ALGORITHMS
 from app.domain.objects import CONTENT_HEADERS, ObjectMeta
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 ERROR_BODY_LIMIT = 64 * 1024
 _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
-_CHECKSUM_HEADERS = {f"x-amz-checksum-{alg.lower()}": alg for alg in ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")}
+_CHECKSUM_HEADERS = {f"x-amz-checksum-{alg.lower()}": alg for alg in ALGORITHMS}
 _NETWORK_ERRORS = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionClosedError,
                    botocore.exceptions.ReadTimeoutError, botocore.exceptions.ConnectTimeoutError,
                    botocore.exceptions.HTTPClientError)
@@ -46,7 +47,6 @@ class LeanGetter:
     """Signed GETs through a boto3 S3 client's HTTP session (thread-safe, like the client)."""
 
     def __init__(self, client: Any, addressing_style: str, max_attempts: int = 3) -> None:
-        self.client = client
         self.session = client._endpoint.http_session
         endpoint = urlsplit(client._endpoint.host)
         self.scheme, self.netloc = endpoint.scheme, endpoint.netloc
@@ -127,7 +127,7 @@ def streaming_body(response: Any) -> StreamingBody:
 
 
 def meta_from_headers(key: str, headers: Any) -> ObjectMeta:
-    """The ``ObjectMeta`` botocore's parse of the same GET answer yields (``_meta_from_response``)."""
+    """An object's metadata from the headers of a GET or HEAD answer (botocore's or ours)."""
     lowered = {name.lower(): value for name, value in headers.items()}
     size = int(lowered.get("content-length", 0))
     content_range = lowered.get("content-range")

@@ -23,7 +23,7 @@ import logging
 import mmap
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
@@ -415,13 +415,14 @@ class ReadCache:
                 self.store.unlock(name)
                 loop.call_soon_threadsafe(self._fill_done, fill, error)
 
-        async def run() -> None:
-            await anyio.to_thread.run_sync(fetch, limiter=self.fetch_limiter)
+        self._spawn(anyio.to_thread.run_sync(fetch, limiter=self.fetch_limiter))
+        return fill
 
-        task = asyncio.ensure_future(run())
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        """Run ``work`` on the loop without anyone awaiting it; ``stop`` cancels what is left."""
+        task = asyncio.ensure_future(work)
         self._tasks.append(task)
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
-        return fill
 
     def _fill_done(self, fill: Fill, error: BaseException | None) -> None:
         self._inflight.pop(fill.name, None)
@@ -483,9 +484,7 @@ class ReadCache:
             except Exception:
                 log.exception("cache background task %s failed", getattr(fn, "__name__", fn))
 
-        task = asyncio.ensure_future(run())
-        self._tasks.append(task)
-        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        self._spawn(run())
 
     def _complete_checksums(self, entry: Entry) -> None:
         """A ranged discovery's answer carries no stored checksums (S3 leaves them out of ranged
@@ -633,9 +632,7 @@ class ReadCache:
             finally:
                 self._evicting = False
 
-        task = asyncio.ensure_future(run())
-        self._tasks.append(task)
-        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        self._spawn(run())
 
     def enforce_limits(self) -> int:
         """Evict until every tenant is within quota, every bucket within its policy's quota and
@@ -724,8 +721,9 @@ class ReadCache:
             return 0, 0  # another worker process of this node is sweeping
         try:
             cutoff = time.time() - grace
+            blocks = self.index.block_count()
             passes = 1
-            while passes < 256 and self.index.block_count() / passes > ORPHAN_NAMES_PER_PASS:
+            while passes < 256 and blocks / passes > ORPHAN_NAMES_PER_PASS:
                 passes *= 2
             shards = [f"{i:02x}" for i in range(256)]
             per_pass = 256 // passes
