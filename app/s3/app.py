@@ -23,6 +23,7 @@ from app.s3 import xml
 from app.s3.request import ClientDisconnected, S3Request, parse_query, split_target
 from app.s3.response import Response
 from app.s3.router import resolve
+from app.s3.sigv2 import SigV2Verifier, access_key_v2, is_sigv2
 from app.s3.sigv4 import RequestParts, SigV4Verifier
 from app.services.gateway import Gateway
 
@@ -66,6 +67,7 @@ class S3App:
         self.catalog = catalog
         self.domain = domain.lower() if domain else None
         self.verifier = SigV4Verifier(lambda ak: catalog.lookup_key(ak)[0], max_skew_seconds=max_skew_seconds)
+        self.verifier_v2 = SigV2Verifier(lambda ak: catalog.lookup_key(ak)[0], max_skew_seconds=max_skew_seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Times and counts the request (until its last byte is sent) and names it in the logs."""
@@ -121,20 +123,30 @@ class S3App:
                          request_id=request_id, zero_copy=ZEROCOPY in (scope.get("extensions") or {}))
 
     async def _authenticate(self, req: S3Request, scope: Scope) -> None:
-        access_key = access_key_of(req.headers, scope.get("query_string", b""))
-        parts = RequestParts(req.method, req.raw_path, scope.get("query_string", b""), scope["headers"])
+        query_string = scope.get("query_string", b"")
+        parts = RequestParts(req.method, req.raw_path, query_string, scope["headers"])
+        v2 = is_sigv2(parts)
+        access_key = access_key_v2(parts) if v2 else access_key_of(req.headers, query_string)
         if access_key is None:
-            if req.headers.get("authorization", "").startswith("AWS "):
-                raise S3Error("InvalidRequest", "Signature version 2 is not supported; use AWS4-HMAC-SHA256.")
-            # No credential found: the verifier names what was sent (a SigV2 presigned URL, a
+            # No credential found: the verifier names what was sent (a malformed SigV2 header, a
             # malformed SigV4 query, or nothing at all).
+            if v2:
+                self.verifier_v2.verify(parts, self._virtual_prefix(req))
             self.verifier.verify(parts)
             raise S3Error("AccessDenied", "Anonymous access is not allowed.")
         known = self.catalog.cached_key(access_key)
         _secret, tenant = known if known is not None else await anyio.to_thread.run_sync(
             self.catalog.lookup_key, access_key)
-        req.auth = self.verifier.verify(parts)
+        req.auth = self.verifier_v2.verify(parts, self._virtual_prefix(req)) if v2 else self.verifier.verify(parts)
         req.tenant_id = tenant
+
+    def _virtual_prefix(self, req: S3Request) -> str:
+        """``/bucket`` for a virtual-hosted request: SigV2 signs the bucket in the resource path."""
+        host = req.headers.get("host", "")
+        hostname = (host.rsplit(":", 1)[0] if host and not host.endswith("]") else host).lower()
+        if self.domain and req.bucket and hostname.endswith("." + self.domain):
+            return "/" + req.bucket
+        return ""
 
     @staticmethod
     def _error(err: S3Error, req: S3Request | None, request_id: str) -> Response:
