@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from app.s3.handlers import buckets, multipart, objects
+from app.s3.handlers import acl, buckets, multipart, objects
 from app.s3.request import S3Request
 from app.s3.response import Response
 from app.services.gateway import Gateway
@@ -18,7 +18,7 @@ Handler = Callable[[S3Request, Gateway], Awaitable[Response]]
 
 # Bucket subresources S3 has and Ferry does not: answered with NotImplemented, not misrouted.
 UNSUPPORTED_SUBRESOURCES = frozenset({
-    "accelerate", "acl", "analytics", "cors", "encryption", "intelligent-tiering", "inventory",
+    "accelerate", "analytics", "cors", "encryption", "intelligent-tiering", "inventory",
     "lifecycle", "logging", "metrics", "notification", "object-lock", "ownershipControls", "policy",
     "policyStatus", "publicAccessBlock", "replication", "requestPayment", "tagging", "website",
     "legal-hold", "retention", "torrent", "restore", "select", "attributes",
@@ -38,6 +38,8 @@ class Route:
 ROUTES: tuple[Route, ...] = (
     Route("ListBuckets", "GET", "service", buckets.list_buckets),
     # bucket
+    Route("GetBucketAcl", "GET", "bucket", acl.get_bucket_acl, ("acl",)),
+    Route("PutBucketAcl", "PUT", "bucket", acl.put_bucket_acl, ("acl",)),
     Route("GetBucketLocation", "GET", "bucket", buckets.get_bucket_location, ("location",)),
     Route("GetBucketVersioning", "GET", "bucket", buckets.get_bucket_versioning, ("versioning",)),
     Route("ListObjectVersions", "GET", "bucket", buckets.list_object_versions, ("versions",)),
@@ -49,6 +51,8 @@ ROUTES: tuple[Route, ...] = (
     Route("DeleteBucket", "DELETE", "bucket", buckets.delete_bucket),
     Route("DeleteObjects", "POST", "bucket", buckets.delete_objects, ("delete",)),
     # object
+    Route("GetObjectAcl", "GET", "object", acl.get_object_acl, ("acl",)),
+    Route("PutObjectAcl", "PUT", "object", acl.put_object_acl, ("acl",)),
     Route("ListParts", "GET", "object", multipart.list_parts, ("uploadId",)),
     Route("GetObject", "GET", "object", objects.get_object),
     Route("HeadObject", "HEAD", "object", objects.head_object),

@@ -148,10 +148,10 @@ UNSUPPORTED: list[tuple[str, dict[str, Any]]] = [
     ("get_bucket_tagging", {}),
     ("get_bucket_cors", {}),
     ("get_bucket_lifecycle_configuration", {}),
-    ("get_bucket_acl", {}),
+    ("get_bucket_website", {}),
     ("get_bucket_encryption", {}),
     ("get_object_tagging", {"Key": "k"}),
-    ("get_object_acl", {"Key": "k"}),
+    ("get_object_retention", {"Key": "k"}),
 ]
 
 

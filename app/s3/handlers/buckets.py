@@ -59,13 +59,16 @@ async def get_bucket_versioning(req: S3Request, gw: Gateway) -> Response:
     return Response.xml(xml.HEADER.encode() + f'<VersioningConfiguration xmlns="{xml.NS}"/>'.encode())
 
 
-def _contents(page: ListPage, encoding: str | None) -> str:
+def _contents(page: ListPage, encoding: str | None, *, owner: bool) -> str:
+    """``<Contents>`` entries; ``owner`` adds each one's ``<Owner>`` (ListObjects v1 always,
+    v2 with ``fetch-owner=true``, as S3 does)."""
     return "".join(
         "<Contents>"
         + xml.element("Key", encode_name(c.key, encoding))
         + xml.element("LastModified", xml.iso8601(c.last_modified))
         + xml.element("ETag", f'"{c.etag}"')
         + xml.element("Size", c.size)
+        + (OWNER if owner else "")
         + xml.element("StorageClass", c.storage_class)
         + "</Contents>"
         for c in page.contents
@@ -87,7 +90,7 @@ def _listing_args(req: S3Request) -> tuple[str, str | None, int, str | None]:
 
 async def list_objects_v2(req: S3Request, gw: Gateway) -> Response:
     prefix, delimiter, max_keys, encoding = _listing_args(req)
-    token = req.query.get("continuation-token")
+    token = req.query.get("continuation-token") or None  # an empty token asks for the first page
     start_after = req.query.get("start-after")
     marker = decode_token(token) if token is not None else start_after
     if token is not None and start_after and start_after > marker:
@@ -109,7 +112,7 @@ async def list_objects_v2(req: S3Request, gw: Gateway) -> Response:
     ]
     if page.is_truncated and page.next_marker:
         parts.append(xml.element("NextContinuationToken", encode_token(page.next_marker)))
-    parts += [_contents(page, encoding), _prefixes(page, encoding)]
+    parts += [_contents(page, encoding, owner=req.query.get("fetch-owner") == "true"), _prefixes(page, encoding)]
     return Response.xml(xml.document("ListBucketResult", parts))
 
 
@@ -131,7 +134,7 @@ async def list_objects_v1(req: S3Request, gw: Gateway) -> Response:
     ]
     if page.is_truncated and page.next_marker:
         parts.append(xml.element("NextMarker", encode_name(page.next_marker, encoding)))
-    parts += [_contents(page, encoding), _prefixes(page, encoding)]
+    parts += [_contents(page, encoding, owner=True), _prefixes(page, encoding)]
     return Response.xml(xml.document("ListBucketResult", parts))
 
 

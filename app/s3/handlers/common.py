@@ -17,10 +17,11 @@ def content_headers(req: S3Request) -> dict[str, str]:
     headers = {name: req.headers[name] for name in CONTENT_HEADERS if name in req.headers}
     if "content-encoding" in headers:
         # aws-chunked is transfer framing (removed by the decoder), never part of the object.
-        codings = [c.strip() for c in headers["content-encoding"].split(",")]
-        kept = [c for c in codings if c and c.lower() != "aws-chunked"]
+        # The other codings are kept as the client wrote them (spacing included).
+        codings = headers["content-encoding"].split(",")
+        kept = ",".join(c for c in codings if c.strip().lower() != "aws-chunked").strip()
         if kept:
-            headers["content-encoding"] = ",".join(kept)
+            headers["content-encoding"] = kept
         else:
             del headers["content-encoding"]
     # S3's default, stated explicitly: a remote that sniffs types (SeaweedFS does) must store the
