@@ -22,12 +22,14 @@ from botocore.handlers import validate_ascii_metadata
 
 from app import metrics
 from app.adapters.remote_get import LeanGetter, client_error, meta_from_headers, streaming_body
+from app.domain.checksums import ALGORITHMS
 from app.domain.errors import ERROR_TABLE, S3Error
 from app.domain.objects import (
     BucketInfo,
     ListPage,
     ObjectMeta,
     ObjectSummary,
+    PartAttributes,
 )
 
 _CONTENT_PARAM = {
@@ -285,6 +287,31 @@ class RemoteStore:
                 self.head_bucket(bucket)
             raise
         return _meta_from_response(key, resp)
+
+    def object_parts(self, bucket: str, key: str) -> tuple[str, list[PartAttributes]] | None:
+        """(ETag, parts) of a multipart object from the remote's GetObjectAttributes, every page;
+        None when the remote does not implement it (the answer then lists no parts)."""
+        parts: list[PartAttributes] = []
+        marker = 0
+        etag = ""
+        while True:
+            try:
+                with translate_errors(bucket, key):
+                    resp = self.client.get_object_attributes(
+                        Bucket=bucket, Key=key, ObjectAttributes=["ETag", "ObjectParts"], MaxParts=1000,
+                        PartNumberMarker=marker)
+            except S3Error as err:
+                if err.code in ("NotImplemented", "InvalidArgument", "InvalidRequest"):
+                    return None
+                raise
+            etag = str(resp.get("ETag", "")).strip('"')
+            page = resp.get("ObjectParts") or {}
+            for part in page.get("Parts", []):
+                checksums = {alg: part[f"Checksum{alg}"] for alg in ALGORITHMS if part.get(f"Checksum{alg}")}
+                parts.append(PartAttributes(int(part["PartNumber"]), int(part["Size"]), checksums))
+            if not page.get("IsTruncated") or not page.get("NextPartNumberMarker"):
+                return etag, parts
+            marker = int(page["NextPartNumberMarker"])
 
     def get_object(self, bucket: str, key: str, byte_range: str | None = None,
                    if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:

@@ -29,6 +29,24 @@ class ObjectMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class PartAttributes:
+    """One part of a multipart object as GetObjectAttributes lists it."""
+
+    number: int
+    size: int
+    checksums: dict[str, str] = field(default_factory=dict)  # ALG -> base64 of the part
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectAttributes:
+    """What GetObjectAttributes answers: the object's metadata and, for a multipart object whose
+    parts are known, its parts in order (None for a single-part object, or parts not known)."""
+
+    meta: ObjectMeta
+    parts: list[PartAttributes] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FileSegment:
     """Bytes ``offset .. offset+length-1`` of a local file: a hit the server may send zero-copy."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from app.s3.handlers import acl, buckets, multipart, objects
+from app.s3.handlers import acl, attributes, buckets, multipart, objects
 from app.s3.request import S3Request
 from app.s3.response import Response
 from app.services.gateway import Gateway
@@ -21,7 +21,7 @@ UNSUPPORTED_SUBRESOURCES = frozenset({
     "accelerate", "analytics", "cors", "encryption", "intelligent-tiering", "inventory",
     "lifecycle", "logging", "metrics", "notification", "object-lock", "ownershipControls", "policy",
     "policyStatus", "publicAccessBlock", "replication", "requestPayment", "tagging", "website",
-    "legal-hold", "retention", "torrent", "restore", "select", "attributes",
+    "legal-hold", "retention", "torrent", "restore", "select",
 })
 
 
@@ -51,6 +51,7 @@ ROUTES: tuple[Route, ...] = (
     Route("DeleteBucket", "DELETE", "bucket", buckets.delete_bucket),
     Route("DeleteObjects", "POST", "bucket", buckets.delete_objects, ("delete",)),
     # object
+    Route("GetObjectAttributes", "GET", "object", attributes.get_object_attributes, ("attributes",)),
     Route("GetObjectAcl", "GET", "object", acl.get_object_acl, ("acl",)),
     Route("PutObjectAcl", "PUT", "object", acl.put_object_acl, ("acl",)),
     Route("ListParts", "GET", "object", multipart.list_parts, ("uploadId",)),

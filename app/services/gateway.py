@@ -35,7 +35,17 @@ from app.adapters.remote import RemoteStore, read_available
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.names import validate_bucket_name, validate_key, validate_object_size
-from app.domain.objects import BucketInfo, FileSegment, ListPage, ObjectMeta, ObjectSummary, PartInfo, UploadInfo
+from app.domain.objects import (
+    BucketInfo,
+    FileSegment,
+    ListPage,
+    ObjectAttributes,
+    ObjectMeta,
+    ObjectSummary,
+    PartAttributes,
+    PartInfo,
+    UploadInfo,
+)
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.services.destage import Destager, UploadSpec, upload
@@ -325,6 +335,28 @@ class Gateway:
         if self.cache is not None and policy.caches:
             return await self.cache.head(bucket, key, policy, tenant_id, entry)  # entry None: known absent
         return await self._run(self.remote.head_object, bucket, key)
+
+    async def object_attributes(self, bucket: str, key: str, tenant_id: int | None = None) -> ObjectAttributes:
+        """GetObjectAttributes: a buffered version answers from its journal row (its blobs are its
+        parts); otherwise the metadata is HEAD's (cache or remote) and the parts are the remote's,
+        kept only when they describe the same ETag."""
+        validate_key(key)
+        policy = self.policy(bucket, key)
+        row, _entry = await self._lookup(bucket, key, policy)
+        if row is not None:
+            meta = _local_meta(row)
+            if not row.multipart:
+                return ObjectAttributes(meta)
+            return ObjectAttributes(meta, [PartAttributes(b.number if b.number is not None else i, b.size,
+                                                          dict(b.checksums))
+                                           for i, b in enumerate(row.blobs, 1)])
+        meta = await self.head_object(bucket, key, tenant_id)
+        if "-" not in meta.etag:
+            return ObjectAttributes(meta)
+        found = await self._run(self.remote.object_parts, bucket, key)
+        if found is None or found[0] != meta.etag:
+            return ObjectAttributes(meta)
+        return ObjectAttributes(meta, found[1])
 
     async def _lookup(self, bucket: str, key: str, policy: Policy) -> tuple[VersionRow | None, Any]:
         if self.inline_lookups:

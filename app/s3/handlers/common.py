@@ -59,7 +59,11 @@ def expected_digests(req: S3Request, declared_size: int | None) -> ExpectedDiges
 
 
 def int_arg(req: S3Request, name: str, default: int, lo: int = 0, hi: int = 1000) -> int:
-    raw = req.query.get(name)
+    return int_arg_value(req.query.get(name), name, default, lo, hi)
+
+
+def int_arg_value(raw: str | None, name: str, default: int, lo: int = 0, hi: int = 1000) -> int:
+    """An integer argument (query parameter or header), S3's errors for bad ones, capped at ``hi``."""
     if raw is None or raw == "":
         return default
     try:
