@@ -6,6 +6,7 @@
 #   chromium        Debian's chromium + chromium-driver (apt-get, as root) for the status page test
 #   .tools/awscli/  the AWS CLI (v1, from PyPI) in a venv of its own: it pins its own botocore, which
 #                   must not downgrade the project's boto3. Linked as .venv/bin/aws.
+#   .tools/s3fs/    s3fs (fsspec) in a venv of its own, for the same reason (aiobotocore pins botocore).
 #
 # Needs only Python >= 3.11. On Debian/Ubuntu, when the venv module is missing (python3-venv), it is
 # installed with apt-get if this runs as root.
@@ -13,6 +14,7 @@
 # Environment:
 #   PYTHON=/path/to/python   the interpreter for the venvs (default: python3, else python3.11..3.14)
 #   FERRY_SKIP_AWSCLI=1      do not install the AWS CLI
+#   FERRY_SKIP_S3FS=1        do not install s3fs
 #   FERRY_SKIP_CHROMIUM=1    do not apt-get install chromium + chromium-driver (status page test)
 #   FERRY_INSTALL_FORCE=1    reinstall even when everything looks up to date
 set -euo pipefail
@@ -122,6 +124,24 @@ else
   if [ "$(readlink .venv/bin/aws 2>/dev/null)" != "$ROOT/.tools/awscli/bin/aws" ]; then
     log "linking .venv/bin/aws -> .tools/awscli/bin/aws"
     ln -sfn "$ROOT/.tools/awscli/bin/aws" .venv/bin/aws
+  fi
+fi
+
+# ---------------------------------------------------------------- s3fs in .tools/s3fs
+# tests/integration/test_more_clients.py drives s3fs (and its default SigV2 presigned url()) there.
+if [ "${FERRY_SKIP_S3FS:-0}" = 1 ]; then
+  log "FERRY_SKIP_S3FS=1: not installing s3fs"
+else
+  S3FS_STAMP=.tools/s3fs/.ferry-install-stamp
+  if [ "$FORCE" != 1 ] && [ -f "$S3FS_STAMP" ] && venv_works .tools/s3fs \
+     && .tools/s3fs/bin/python -c 'import s3fs' >/dev/null 2>&1; then
+    log ".tools/s3fs is up to date"
+  else
+    make_venv .tools/s3fs
+    log "pip install s3fs into .tools/s3fs (aiobotocore pins its own botocore)"
+    .tools/s3fs/bin/python -m pip install "${PIP_FLAGS[@]}" --upgrade s3fs
+    .tools/s3fs/bin/python -c 'import s3fs' || die ".tools/s3fs cannot import s3fs"
+    date -u +%FT%TZ >"$S3FS_STAMP"
   fi
 fi
 
