@@ -16,12 +16,18 @@ from app.services.gateway import Gateway
 
 Handler = Callable[[S3Request, Gateway], Awaitable[Response]]
 
-# Bucket subresources S3 has and Ferry does not: answered with NotImplemented, not misrouted.
-UNSUPPORTED_SUBRESOURCES = frozenset({
-    "accelerate", "analytics", "cors", "encryption", "intelligent-tiering", "inventory",
-    "lifecycle", "logging", "metrics", "notification", "object-lock", "ownershipControls", "policy",
-    "policyStatus", "publicAccessBlock", "replication", "requestPayment", "tagging", "website",
-    "legal-hold", "retention", "torrent", "restore", "select",
+# Every sub-resource S3 selects an operation by (the query flags of botocore's S3 model, checked by
+# tests/unit/test_router.py, plus older ones). A request naming one must reach a route that takes it:
+# ``PUT /b?versioning`` is PutBucketVersioning, not CreateBucket, and ``PUT /b/k?renameObject`` must
+# never be read as a PutObject of an empty body. The ones no route takes answer NotImplemented.
+SUBRESOURCES = frozenset({
+    "abac", "accelerate", "acl", "analytics", "annotation", "attributes", "cors", "delete", "encryption",
+    "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "list-type", "location", "logging",
+    "metadataAnnotationTable", "metadataConfiguration", "metadataInventoryTable", "metadataJournalTable",
+    "metadataTable", "metrics", "notification", "object-lock", "ownershipControls", "policy", "policyStatus",
+    "publicAccessBlock", "renameObject", "replication", "requestPayment", "restore", "retention", "select",
+    "select-type", "session", "tagging", "torrent", "uploads", "versioning", "versions", "website",
+    "uploadId", "partNumber",
 })
 
 
@@ -33,6 +39,11 @@ class Route:
     handler: Handler
     query: tuple[str, ...] = ()
     header: str | None = None
+    tolerates: tuple[str, ...] = ()  # sub-resources the handler itself judges (GET by partNumber)
+
+    def takes(self, subresources: set[str]) -> bool:
+        """Whether every sub-resource the request names is one this route is for."""
+        return subresources.issubset(self.query + self.tolerates)
 
 
 ROUTES: tuple[Route, ...] = (
@@ -55,8 +66,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GetObjectAcl", "GET", "object", acl.get_object_acl, ("acl",)),
     Route("PutObjectAcl", "PUT", "object", acl.put_object_acl, ("acl",)),
     Route("ListParts", "GET", "object", multipart.list_parts, ("uploadId",)),
-    Route("GetObject", "GET", "object", objects.get_object),
-    Route("HeadObject", "HEAD", "object", objects.head_object),
+    Route("GetObject", "GET", "object", objects.get_object, tolerates=("partNumber",)),
+    Route("HeadObject", "HEAD", "object", objects.head_object, tolerates=("partNumber",)),
     Route("UploadPartCopy", "PUT", "object", multipart.upload_part_copy, ("partNumber", "uploadId"),
           "x-amz-copy-source"),
     Route("UploadPart", "PUT", "object", multipart.upload_part, ("partNumber", "uploadId")),
@@ -72,10 +83,9 @@ NOT_IMPLEMENTED = Route("NotImplemented", "*", "*", buckets.not_implemented)
 
 
 def resolve(req: S3Request) -> Route:
-    """The operation for a request; unknown subresources and methods answer NotImplemented."""
+    """The operation for a request; sub-resources and methods no route takes answer NotImplemented."""
     target = "object" if req.key else ("bucket" if req.bucket else "service")
-    if UNSUPPORTED_SUBRESOURCES.intersection(req.query):
-        return NOT_IMPLEMENTED
+    named = SUBRESOURCES.intersection(req.query)
     method = req.method
     for route in ROUTES:
         if route.method != method or route.target != target:
@@ -83,6 +93,8 @@ def resolve(req: S3Request) -> Route:
         if not all(q in req.query for q in route.query):
             continue
         if route.header and route.header not in req.headers:
+            continue
+        if not route.takes(named):
             continue
         return route
     return NOT_IMPLEMENTED
