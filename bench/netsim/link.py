@@ -332,8 +332,9 @@ def down() -> None:
                         os.kill(int(pid), sig)
                 time.sleep(0.3)
             run("ip", "netns", "del", ns)
+        run("ip", "link", "del", HOST_IF, check=False)  # usually gone with its peer in the router namespace
         if _host_if_exists():
-            run("ip", "link", "del", HOST_IF)
+            raise NetsimError(f"{HOST_IF} could not be deleted")
         _remove_stale_sockets()
         shutil.rmtree(STATE_DIR, ignore_errors=True)
 
