@@ -1,4 +1,4 @@
-"""CLI: ``python -m bench.netsim up|down|status|env`` (root for up/down)."""
+"""CLI: ``python -m bench.netsim up|down|status|env|measure`` (root for all but env)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,13 @@ def _shape(args: argparse.Namespace) -> Shape:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.netsim", description=__doc__)
-    parser.add_argument("command", choices=["up", "down", "status", "env"])
+    parser.add_argument("command", choices=["up", "down", "status", "env", "measure"])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="regional",
                         help="up: a named link (regional 80 ms/400 Mbit/s, long-fat 80 ms/2000 Mbit/s)")
     parser.add_argument("--rtt-ms", type=float, help="up: added round-trip time (0: no delay)")
     parser.add_argument("--rate-mbit", type=float, help="up: rate per direction (0: unlimited)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="measure: how long to download")
+    parser.add_argument("--streams", type=int, default=8, help="measure: parallel TCP streams")
     parser.add_argument("--queue-ms", type=float, help="up: bottleneck buffer at that rate (default 50)")
     args = parser.parse_args(argv)
     try:
@@ -38,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "down":
             down()
             print("netsim: down")
+        elif args.command == "measure":
+            from bench.netsim.measure import connect_ms, download
+
+            print(json.dumps({"connect_ms": round(connect_ms(), 1), **download(args.seconds, args.streams)}))
         elif args.command == "env":
             state = load_state()
             if state is None:

@@ -10,7 +10,15 @@
  * whole run of due packets in one syscall. To keep FIFO true when the delay is lowered in place, a
  * packet's release time is never earlier than its predecessor's.
  *
- *   delay_line QUEUE DELAY_US CONTROL_FILE
+ *   delay_line QUEUE DELAY_US CONTROL_FILE [TICK_US]
+ *
+ * CPU: a wake-up per packet would cost more than the packet (a 400 Mbit/s flow of small GSO
+ * packets is ~40k arrivals and releases a second). After each wake-up the line sleeps TICK_US
+ * (default 200) so arrivals and releases accumulate and are handled by one pass. A packet is then
+ * timestamped up to TICK_US late and released up to TICK_US late while the line is busy (never when
+ * idle: the first arrival wakes it at once and the release timer is exact). The held time is
+ * shortened by TICK_US / 2, so the mean one-way delay is within TICK_US / 2 of DELAY_US whether the
+ * link is idle or saturated: well under 1% of a cross-region RTT.
  *
  * SIGHUP re-reads DELAY_US (microseconds, one integer) from CONTROL_FILE: re-shaping without a
  * restart and without a dark moment. SIGUSR1 prints counters on stderr. SIGTERM/SIGINT exit.
@@ -41,7 +49,7 @@ struct slot {
 
 static struct slot fifo[SLOTS];
 static uint64_t first, next; /* fifo[first % SLOTS] .. fifo[(next - 1) % SLOTS] are held */
-static uint64_t delay_ns, last_release_ns;
+static uint64_t delay_ns, last_release_ns, tick_ns = 200000;
 static uint64_t seen, dropped, peak;
 static const char *control_path;
 static volatile sig_atomic_t quit, reload, report;
@@ -83,7 +91,7 @@ static int on_packet(struct nfq_q_handle *q, struct nfgenmsg *m, struct nfq_data
 		nfq_set_verdict(q, id, NF_DROP, 0, NULL);
 		return 0;
 	}
-	uint64_t at = mono_ns() + delay_ns;
+	uint64_t at = mono_ns() + (delay_ns > tick_ns / 2 ? delay_ns - tick_ns / 2 : 0);
 	if (at < last_release_ns)
 		at = last_release_ns;
 	last_release_ns = at;
@@ -104,18 +112,20 @@ static void on_signal(int sig)
 		quit = 1;
 }
 
-/* Accept every packet whose time has come, with one batch verdict. */
-static void release_due(struct nfq_q_handle *q)
+/* Accept every packet whose time has come, with one batch verdict; how many there were. */
+static uint64_t release_due(struct nfq_q_handle *q)
 {
 	uint64_t now = mono_ns();
 	uint64_t n = first;
 	while (n < next && fifo[n % SLOTS].release_ns <= now)
 		n++;
 	if (n == first)
-		return;
+		return 0;
 	if (nfq_set_verdict_batch(q, fifo[(n - 1) % SLOTS].id, NF_ACCEPT) < 0)
 		perror("delay_line: verdict");
+	uint64_t released = n - first;
 	first = n;
+	return released;
 }
 
 static void drain_socket(struct nfq_handle *h, int fd)
@@ -148,13 +158,15 @@ static struct nfq_q_handle *open_queue(struct nfq_handle *h, int num)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s QUEUE DELAY_US CONTROL_FILE\n", argv[0]);
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr, "usage: %s QUEUE DELAY_US CONTROL_FILE [TICK_US]\n", argv[0]);
 		return 2;
 	}
 	int num = atoi(argv[1]);
 	delay_ns = (uint64_t)strtoull(argv[2], NULL, 10) * 1000ull;
 	control_path = argv[3];
+	if (argc == 5)
+		tick_ns = (uint64_t)strtoull(argv[4], NULL, 10) * 1000ull;
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* wake within 1 us of a release time */
 
 	struct nfq_handle *h = nfq_open();
@@ -177,8 +189,8 @@ int main(int argc, char **argv)
 	sigaction(SIGUSR1, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
-	fprintf(stderr, "delay_line: queue %d, one-way delay %llu us, pid %d\n", num,
-		(unsigned long long)(delay_ns / 1000), getpid());
+	fprintf(stderr, "delay_line: queue %d, one-way delay %llu us, tick %llu us, pid %d\n", num,
+		(unsigned long long)(delay_ns / 1000), (unsigned long long)(tick_ns / 1000), getpid());
 
 	while (!quit) {
 		if (reload) {
@@ -208,7 +220,11 @@ int main(int argc, char **argv)
 		}
 		if (r > 0)
 			drain_socket(h, fd);
-		release_due(q);
+		uint64_t released = release_due(q);
+		if (tick_ns && (r > 0 || released)) { /* busy: let work accumulate for one tick */
+			struct timespec nap = {(time_t)(tick_ns / 1000000000ull), (long)(tick_ns % 1000000000ull)};
+			nanosleep(&nap, NULL);
+		}
 	}
 	nfq_destroy_queue(q);
 	nfq_close(h);
