@@ -102,3 +102,10 @@ def test_link_rtt_rate_s3_reshape_and_clean_teardown(free_link: None) -> None:
     assert _leftovers() == []
     with pytest.raises(netsim.NetsimError):
         netsim.guard(state.endpoint)  # the range is no longer ours: nothing may be sent there
+
+
+def test_a_failed_first_up_leaves_nothing_behind(free_link: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERRY_WEED", "/nonexistent/weed")  # fails after the namespaces and delay line exist
+    with pytest.raises(netsim.NetsimError, match="FERRY_WEED"):
+        netsim.up(netsim.Shape(rtt_ms=20, rate_mbit=50))
+    assert _leftovers() == []

