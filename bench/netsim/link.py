@@ -78,7 +78,7 @@ class State:
         return f"http://{REMOTE_IP}:{S3_PORT}"
 
     def env(self) -> dict[str, str]:
-        return {"NETSIM_S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        return {"NETSIM_S3_ENDPOINT": self.endpoint, "AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                 "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": REGION}
 
 
