@@ -21,7 +21,9 @@ DELAY_SOURCE = Path(__file__).with_name("delay_line.c")
 APT_HEADER = Path("/usr/include/libnetfilter_queue/libnetfilter_queue.h")
 # tool -> the Debian package that brings it
 PACKAGES = {"ip": "iproute2", "tc": "iproute2", "iptables": "iptables", "gcc": "gcc", str(APT_HEADER): "libnetfilter-queue-dev"}
-os.environ["PATH"] = os.environ.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
+# ip, tc, sysctl and iptables live in /usr/sbin, which `sudo .venv/bin/python` may not have on PATH.
+if "/usr/sbin" not in os.environ.get("PATH", "").split(":"):
+    os.environ["PATH"] = os.environ.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
 
 
 class NetsimError(RuntimeError):
