@@ -10,6 +10,7 @@ import os
 import socket
 import statistics
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -80,6 +81,10 @@ def free_link():  # type: ignore[no-untyped-def]
 def test_link_rtt_rate_s3_reshape_and_clean_teardown(free_link: None) -> None:
     state = netsim.up(netsim.Shape(rtt_ms=40, rate_mbit=100))
     netsim.guard(state.endpoint)
+    cli = subprocess.run([sys.executable, "-m", "bench.netsim", "env"], capture_output=True, text=True, check=True)
+    assert f"export NETSIM_S3_ENDPOINT={state.endpoint}" in cli.stdout.splitlines()
+    assert f"export AWS_ACCESS_KEY_ID={link.ACCESS_KEY}" in cli.stdout.splitlines()
+    assert subprocess.run([sys.executable, "-m", "bench.netsim", "status"], capture_output=True).returncode == 0
     rtt = _connect_ms()
     assert 30 <= rtt <= 50, f"TCP connect {rtt:.1f} ms on a 40 ms link"
 
