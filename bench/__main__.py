@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python -m bench --profile full --link both             # netsim remote (root), writes docs/benchmarks.md
     .venv/bin/python -m bench --profile smoke                             # loopback SeaweedFS, < 90 s, report in a temp dir
+    sudo .venv/bin/python -m bench --profile smoke --link regional        # the same, through the netsim link (root)
     .venv/bin/python -m bench --remote-endpoint https://s3... --link regional   # any S3 endpoint (keys: AWS_* env)
 
 It brings up (and always tears down) the remote region, Ferry (embedded and --workers 2), rclone
@@ -147,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
-    parser.add_argument("--link", choices=["regional", "long-fat", "both"], default="both",
-                        help="netsim link profile(s); smoke runs on loopback and ignores it")
+    parser.add_argument("--link", choices=["regional", "long-fat", "both"],
+                        help="netsim link profile(s) (default both); smoke runs on loopback unless --link is given")
     parser.add_argument("--runs", type=int, help="runs per figure (default: the profile's)")
     parser.add_argument("--only", help=f"comma-separated subset of: {','.join(WORKLOADS)}")
     parser.add_argument("--remote-endpoint", help="any S3 endpoint instead of netsim (keys: --remote-*-key or AWS_* env)")
@@ -178,11 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workloads: {sorted(unknown)}")
     smoke = profile.name == "smoke"
     if args.remote_endpoint:
-        kind, links = "endpoint", [args.link if args.link != "both" else "custom"]
-    elif smoke:
+        kind, links = "endpoint", [args.link if args.link not in (None, "both") else "custom"]
+    elif smoke and args.link is None:
         kind, links = "loopback", ["loopback"]
     else:
-        kind, links = "netsim", ["regional", "long-fat"] if args.link == "both" else [args.link]
+        kind, links = "netsim", ["regional", "long-fat"] if args.link in (None, "both") else [args.link]
     if args.out is None:
         args.out = (Path(tempfile.mkdtemp(prefix="ferry-bench-report-")) / "benchmarks.md"
                     if smoke and not args.write_docs else ROOT / "docs" / "benchmarks.md")

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,8 +29,8 @@ from botocore.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-NETSIM = ROOT.parent / "shared" / "netsim" / "remote_region.sh"
 
+from bench import netsim  # noqa: E402
 from bench.workloads import disk_write_fsync_mbps, md5_mbps  # noqa: E402
 from bench.workloads import make_file as _make_file  # noqa: E402
 from tests.support.gateway import GatewayProcess  # noqa: E402
@@ -48,13 +47,11 @@ class Remote:
 
 
 def netsim_remote() -> Remote:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
-    out = subprocess.run(["bash", str(NETSIM), "up"], capture_output=True, text=True, env=env, check=True)
-    values = dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines()
-                  if line.startswith("export "))
-    values = {k: v.strip("'") for k, v in values.items()}
-    subprocess.run(["bash", str(NETSIM), "guard", values["NETSIM_S3_ENDPOINT"]], check=True, env=env)
-    return Remote(values["NETSIM_S3_ENDPOINT"], values["AWS_ACCESS_KEY_ID"], values["AWS_SECRET_ACCESS_KEY"])
+    """The regional link of bench/netsim (brought up, or re-shaped in place), checked to be routed locally."""
+    state = netsim.up(netsim.PROFILES["regional"])
+    netsim.guard(state.endpoint)
+    env = state.env()
+    return Remote(env["NETSIM_S3_ENDPOINT"], env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
 
 
 def one_run(gw: GatewayProcess, remote: Remote, bucket: str, src: Path, n: int) -> dict[str, float]:
@@ -91,9 +88,19 @@ def main() -> None:
     parser.add_argument("--bucket", default="ferry-bench")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks-checkpoint.md")
     args = parser.parse_args()
-    size = args.size_mib * 1024 * 1024
+    ours = not args.remote_endpoint and netsim.load_state() is None
     remote = (Remote(args.remote_endpoint, args.remote_access_key, args.remote_secret_key)
               if args.remote_endpoint else netsim_remote())
+    try:
+        run_and_report(args, remote)
+    finally:
+        if ours:  # the link this run brought up goes, with its namespaces, processes and objects
+            netsim.down()
+
+
+def run_and_report(args: argparse.Namespace, remote: Remote) -> None:
+    """Every run, then the table (stdout and --out) and the raw numbers (bench/results/)."""
+    size = args.size_mib * 1024 * 1024
     try:
         remote.client().create_bucket(Bucket=args.bucket)
     except remote.client().exceptions.BucketAlreadyOwnedByYou:

@@ -1,8 +1,8 @@
 """The remote region the benchmark talks to, and a byte-counting relay in front of it.
 
 Three kinds, one interface (``up()``, ``shape(link)``, ``down()``, ``.remote``):
-  - ``netsim``: ../shared/netsim/remote_region.sh (root): SeaweedFS behind an emulated long-haul link,
-    re-shaped in place between link profiles, so the objects uploaded once serve every profile;
+  - ``netsim``: bench/netsim (root): SeaweedFS behind an emulated long-haul link, re-shaped in place
+    between link profiles, so the objects uploaded once serve every profile;
   - ``loopback``: a SeaweedFS on 127.0.0.1 (tests/support/seaweed.py), unshaped: the smoke profile;
   - ``endpoint``: any S3 endpoint given on the command line; its link is whatever it is.
 """
@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass
@@ -27,7 +26,8 @@ from botocore.config import Config
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-NETSIM = ROOT.parent / "shared" / "netsim" / "remote_region.sh"
+
+from bench import netsim  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Link:
         return f"{self.rtt_ms} ms RTT, {self.rate_mbit} Mbit/s per direction"
 
 
-LINKS = {"regional": Link("regional", 80, 400), "long-fat": Link("long-fat", 80, 2000)}
+LINKS = {name: Link(name, int(shape.rtt_ms), int(shape.rate_mbit)) for name, shape in netsim.PROFILES.items()}
 
 
 @dataclass(frozen=True)
@@ -71,40 +71,19 @@ class Remote:
         return Remote(endpoint, self.access_key, self.secret_key, self.region)
 
 
-def _netsim_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
-    env.update(extra)
-    return env
-
-
-def _host_tcp_wmem() -> str:
-    try:
-        return Path("/proc/sys/net/ipv4/tcp_wmem").read_text().strip()
-    except OSError:
-        return "4096 16384 4194304"
-
-
-def netsim(*args: str, **env: str) -> str:
-    """Run remote_region.sh; its stdout (``up``/``env`` print ``export K=V`` lines)."""
-    out = subprocess.run(["bash", str(NETSIM), *args], capture_output=True, text=True, env=_netsim_env(**env))
-    if out.returncode != 0:
-        raise RuntimeError(f"remote_region.sh {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
-    return out.stdout
-
-
 def netsim_remote(link: Link | None = None) -> Remote:
-    """Bring the netsim region up (or re-shape it to ``link``) and check its address is routed locally."""
-    env: dict[str, str] = {}
-    if link is not None:
-        # The server's send buffers stay the host's (the netsim default), also on long-fat: the issue's
-        # link is 80 ms x 2000 Mbit/s as a stock server sees it, where one stream cannot fill the pipe.
-        env = {"NETSIM_RTT_MS": str(link.rtt_ms), "NETSIM_RATE_MBIT": str(link.rate_mbit),
-               "NETSIM_SERVER_TCP_WMEM": _host_tcp_wmem()}
-    out = netsim("up", **env)
-    values = {k: v.strip("'\"") for k, v in (line.removeprefix("export ").split("=", 1) for line in out.splitlines()
-                                            if line.startswith("export "))}
-    netsim("guard", values["NETSIM_S3_ENDPOINT"])
-    return Remote(values["NETSIM_S3_ENDPOINT"], values["AWS_ACCESS_KEY_ID"], values["AWS_SECRET_ACCESS_KEY"])
+    """Bring the netsim link up (or re-shape it in place to ``link``) and check its address is routed locally.
+
+    The server's TCP buffers are the host's (netsim copies them), also on long-fat: the issue's link
+    is 80 ms x 2000 Mbit/s as a stock server sees it, where one stream cannot fill the pipe.
+    """
+    shape = netsim.Shape(link.rtt_ms, link.rate_mbit) if link is not None else None
+    current = netsim.load_state()
+    state = netsim.up(shape or (current.shape if current else netsim.PROFILES["regional"]))
+    netsim.guard(state.endpoint)
+    env = state.env()
+    return Remote(env["NETSIM_S3_ENDPOINT"], env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"],
+                  env["AWS_DEFAULT_REGION"])
 
 
 class RemoteRegion:
@@ -115,7 +94,7 @@ class RemoteRegion:
         self.kind = kind
         self._given = Remote(endpoint, access_key or "", secret_key or "", region) if endpoint else None
         self._seaweed: Any = None
-        self._fresh_netsim = False
+        self._found_netsim: netsim.Shape | None = None  # a link someone else had up: restored, not torn down
         self.remote: Remote | None = None
         self.link: Link | None = None
 
@@ -131,7 +110,8 @@ class RemoteRegion:
         elif self.kind == "netsim":
             if os.geteuid() != 0:
                 raise SystemExit("the netsim remote needs root (or use --profile smoke / --remote-endpoint)")
-            self._fresh_netsim = not Path("/sys/class/net/netsim0").exists()  # we bring it up: we own its objects
+            found = netsim.load_state()
+            self._found_netsim = found.shape if found else None
             self.remote = netsim_remote()
         else:
             raise ValueError(self.kind)
@@ -153,10 +133,10 @@ class RemoteRegion:
             self._seaweed = None
         if self.kind == "netsim":
             with contextlib.suppress(Exception):
-                netsim("down")
-            if self._fresh_netsim:  # the bench made the region's store: leave no gigabytes of copies behind
-                with contextlib.suppress(Exception):
-                    netsim("wipe")
+                if self._found_netsim is None:  # ours: down removes the namespaces, processes and stored objects
+                    netsim.down()
+                else:
+                    netsim.up(self._found_netsim)
 
 
 class CountingRelay:

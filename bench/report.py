@@ -255,7 +255,7 @@ def render(data: dict[str, Any], out: Path) -> str:
     parts += [
         "**Read this first.** The machine has 2 cores and is shared with other work, so absolute times are noise-prone;"
         " only ratios between contenders measured in the same run are verdicts. The remote is a real S3 server (SeaweedFS)"
-        " behind an emulated long-haul link (`../shared/netsim`), not a real cloud region.",
+        " behind an emulated long-haul link (`bench/netsim`), not a real cloud region.",
         "",
         "**Clients.** S3 contenders (direct, Ferry, rclone) are driven with boto3 as their users would drive them"
         " (`upload_file`/`get_object` defaults, bodies drained in 1 MiB reads, no disk writes on the client); nginx is driven"

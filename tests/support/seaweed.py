@@ -48,8 +48,9 @@ DEFAULT_REGION = "us-east-1"
 
 _PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "ferry-test-ports"
 _PORT_RANGE = (12000, 22768)  # HTTP ports; their gRPC twins (+10000) stay below 32768
-# The netsim simulator's fixed loopback ports (shared/netsim/remote_region.sh): never touch them.
-_PORTS_AVOIDED = set(range(27430, 27450)) | set(range(37430, 37450))
+# Ports whose /tmp/seaweedfs-*-<port>.sock bench/netsim's SeaweedFS (in its own namespace) may
+# hold, and those of an older external simulator: never picked (both lie outside _PORT_RANGE today).
+_PORTS_AVOIDED = set(range(27430, 27450)) | set(range(37430, 37450)) | set(range(38440, 38445)) | set(range(48440, 48445))
 _COMPONENTS = ("s3", "master", "volume", "filer", "admin")
 
 
