@@ -12,12 +12,12 @@ from app.bootstrap import Container
 
 
 def include_admin(api: FastAPI, container: Container) -> None:
-    from app.admin import auth, cache, health, journal, policies, remotes, staging, tenants
+    from app.admin import auth, buckets, cache, health, journal, policies, remotes, staging, tenants
     from app.admin.common import install_error_handlers
 
     install_error_handlers(api)
     authenticator = auth.Authenticator(container)
     api.include_router(health.router(container))
     api.include_router(auth.router(container, authenticator))
-    for module in (tenants, remotes, policies, journal, cache, staging):
+    for module in (tenants, buckets, remotes, policies, journal, cache, staging):
         api.include_router(module.router(container, authenticator))

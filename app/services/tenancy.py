@@ -1,0 +1,102 @@
+"""Bucket ownership as an access rule: a tenant's keys reach only the tenant's buckets.
+
+Every S3 request passes ``Tenancy.authorize`` with its bucket (and a copy's source bucket)
+before its handler runs (``app/s3/app.py``), and ListBuckets is filtered here too, so no
+operation can skip the check. A bucket with no explicit owner belongs to the bootstrap tenant
+(``default``, the FERRY_ACCESS_KEY tenant): a single-tenant setup in front of pre-existing
+remote buckets works unchanged. ``FERRY_TENANCY=shared`` turns the rule off (every tenant
+reaches every bucket), for operators who use tenants only as labels.
+
+The mapping is held in memory and re-read at most every ``refresh_seconds``: the hit path never
+waits on SQL. A denial re-reads it once if it is older than ``RECHECK_SECONDS``, so a bucket
+just created or assigned on another process is usable at once there too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import anyio.to_thread
+
+from app.adapters.catalog.owners import OwnerMap, OwnerRepo
+from app.domain.errors import S3Error
+
+RECHECK_SECONDS = 0.5  # a denial re-reads a mapping older than this (bounds the queries denials cost)
+
+
+class Tenancy:
+    def __init__(self, repo: OwnerRepo, *, shared: bool = False, refresh_seconds: float = 2.0) -> None:
+        self.repo = repo
+        self.shared = shared
+        self.refresh_seconds = refresh_seconds
+        self._map: OwnerMap | None = None
+        self._loaded_at = float("-inf")
+        self._lock: asyncio.Lock | None = None
+
+    def invalidate(self) -> None:
+        """After a change in this process (admin API, create, delete): the next check re-reads."""
+        self._loaded_at = float("-inf")
+
+    async def _current(self, max_age: float) -> OwnerMap:
+        """The mapping, re-read when older than ``max_age``; concurrent callers share one read."""
+        if self._map is not None and time.monotonic() - self._loaded_at < max_age:
+            return self._map
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._map is None or time.monotonic() - self._loaded_at >= max_age:
+                started = time.monotonic()
+                self._map = await anyio.to_thread.run_sync(self.repo.snapshot)
+                self._loaded_at = started
+        return self._map
+
+    @staticmethod
+    def _owner(m: OwnerMap, bucket: str) -> int | None:
+        return m.owners.get(bucket, m.default_tenant)
+
+    def _allows(self, m: OwnerMap, tenant_id: int | None, bucket: str, creating: bool) -> bool:
+        if tenant_id is None:
+            return False
+        if creating and bucket not in m.owners:
+            return True  # a new bucket, or an unowned one: create_bucket decides (see created)
+        return self._owner(m, bucket) == tenant_id
+
+    async def authorize(self, tenant_id: int | None, bucket: str, *, creating: bool = False) -> None:
+        """AccessDenied (BucketAlreadyExists for CreateBucket) unless the tenant owns the bucket."""
+        if self.shared:
+            return
+        if self._allows(await self._current(self.refresh_seconds), tenant_id, bucket, creating):
+            return
+        if self._allows(await self._current(RECHECK_SECONDS), tenant_id, bucket, creating):
+            return
+        if creating:
+            raise S3Error("BucketAlreadyExists", BucketName=bucket)
+        raise S3Error("AccessDenied", "Access Denied")
+
+    async def visible(self, tenant_id: int | None, buckets: list[str]) -> set[str]:
+        """The names ListBuckets may show this tenant."""
+        if self.shared:
+            return set(buckets)
+        m = await self._current(self.refresh_seconds)
+        return {b for b in buckets if tenant_id is not None and self._owner(m, b) == tenant_id}
+
+    async def created(self, tenant_id: int | None, bucket: str, *, fresh: bool) -> None:
+        """After CreateBucket succeeded on the remote. A bucket the remote made now becomes the
+        creator's. One that existed already stays with its owner: re-creating it is only the
+        owner's no-op, anyone else gets BucketAlreadyExists (never an unowned bucket's takeover)."""
+        if tenant_id is None:
+            return
+        if fresh:
+            owner = await anyio.to_thread.run_sync(self.repo.claim, bucket, tenant_id)
+            self.invalidate()
+            if owner == tenant_id or self.shared:
+                return
+        elif self.shared or self._owner(await self._current(RECHECK_SECONDS), bucket) == tenant_id:
+            return
+        raise S3Error("BucketAlreadyExists", BucketName=bucket)
+
+    async def deleted(self, bucket: str) -> None:
+        """After DeleteBucket: the name is free again, for any tenant."""
+        await anyio.to_thread.run_sync(self.repo.release, bucket)
+        self.invalidate()
