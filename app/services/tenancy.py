@@ -84,7 +84,9 @@ class Tenancy:
     async def created(self, tenant_id: int | None, bucket: str, *, fresh: bool) -> None:
         """After CreateBucket succeeded on the remote. A bucket the remote made now becomes the
         creator's. One that existed already stays with its owner: re-creating it is only the
-        owner's no-op, anyone else gets BucketAlreadyExists (never an unowned bucket's takeover)."""
+        owner's no-op, anyone else gets BucketAlreadyExists (never an unowned bucket's takeover).
+        The owner is read from the catalog, not the cached mapping: a retried CreateBucket that
+        lands on another process must succeed again."""
         if tenant_id is None:
             return
         if fresh:
@@ -92,7 +94,7 @@ class Tenancy:
             self.invalidate()
             if owner == tenant_id or self.shared:
                 return
-        elif self.shared or self._owner(await self._current(RECHECK_SECONDS), bucket) == tenant_id:
+        elif self.shared or await anyio.to_thread.run_sync(self.repo.owner, bucket) == tenant_id:
             return
         raise S3Error("BucketAlreadyExists", BucketName=bucket)
 

@@ -113,3 +113,18 @@ def test_racing_claims_agree_on_one_owner(engine: Engine) -> None:
     for t in threads:
         t.join()
     assert len(set(results)) == 1 and results[0] == repo.get("contested").tenant_id
+
+
+def test_retried_create_bucket_on_another_process_succeeds(engine: Engine) -> None:
+    """A CreateBucket retried after its success, landing on a process whose mapping predates the
+    claim, is still the owner's no-op (a retry never turns a success into a failure)."""
+    operator, a, b = tenants(engine)
+    first, second = Tenancy(OwnerRepo(engine)), Tenancy(OwnerRepo(engine))
+    asyncio.run(second.authorize(operator, "warm"))  # second's mapping is loaded, and fresh
+    asyncio.run(first.authorize(a, "new-bkt", creating=True))
+    asyncio.run(first.created(a, "new-bkt", fresh=True))
+    asyncio.run(second.authorize(a, "new-bkt", creating=True))  # a refusal would re-read; not needed
+    asyncio.run(second.created(a, "new-bkt", fresh=False))  # the remote says: exists already
+    assert code(second.created(b, "new-bkt", fresh=False)) == "BucketAlreadyExists"
+    assert code(second.created(b, "unowned-existing", fresh=False)) == "BucketAlreadyExists"
+    asyncio.run(second.created(operator, "unowned-existing", fresh=False))

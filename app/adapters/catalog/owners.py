@@ -45,6 +45,14 @@ class OwnerRepo:
             default = s.scalar(select(Tenant.id).where(Tenant.name == self.default_tenant))
         return OwnerMap(owners, default)
 
+    def owner(self, bucket: str) -> int | None:
+        """The bucket's owner as of now: its row's tenant, else the default tenant's id."""
+        with self.sessions() as s:
+            explicit = s.scalar(select(BucketOwner.tenant_id).where(BucketOwner.bucket == bucket))
+            if explicit is not None:
+                return explicit
+            return s.scalar(select(Tenant.id).where(Tenant.name == self.default_tenant))
+
     def claim(self, bucket: str, tenant_id: int) -> int:
         """Record ``tenant_id`` as the owner unless the bucket has one; returns the owner that counts
         (two tenants racing to create a bucket agree on the first insert)."""
