@@ -75,10 +75,11 @@ class Tenancy:
         raise S3Error("AccessDenied", "Access Denied")
 
     async def visible(self, tenant_id: int | None, buckets: list[str]) -> set[str]:
-        """The names ListBuckets may show this tenant."""
+        """The names ListBuckets may show this tenant. It already waits on a remote call, so it
+        reads a mapping at most RECHECK_SECONDS old: a bucket just created elsewhere is listed."""
         if self.shared:
             return set(buckets)
-        m = await self._current(self.refresh_seconds)
+        m = await self._current(RECHECK_SECONDS)
         return {b for b in buckets if tenant_id is not None and self._owner(m, b) == tenant_id}
 
     async def created(self, tenant_id: int | None, bucket: str, *, fresh: bool) -> None:
