@@ -8,8 +8,9 @@ remote buckets works unchanged. ``FERRY_TENANCY=shared`` turns the rule off (eve
 reaches every bucket), for operators who use tenants only as labels.
 
 The mapping is held in memory and re-read at most every ``refresh_seconds``: the hit path never
-waits on SQL. A denial re-reads it once if it is older than ``RECHECK_SECONDS``, so a bucket
-just created or assigned on another process is usable at once there too.
+waits on SQL. A refusal is confirmed with one point query first, so a bucket just created or
+assigned on another process is usable at once on every process; a revoked one stops within
+``refresh_seconds``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import anyio.to_thread
 from app.adapters.catalog.owners import OwnerMap, OwnerRepo
 from app.domain.errors import S3Error
 
-RECHECK_SECONDS = 0.5  # a denial re-reads a mapping older than this (bounds the queries denials cost)
+LIST_MAX_AGE = 0.5  # ListBuckets (which waits on the remote anyway) reads a mapping at most this old
 
 
 class Tenancy:
@@ -55,20 +56,25 @@ class Tenancy:
     def _owner(m: OwnerMap, bucket: str) -> int | None:
         return m.owners.get(bucket, m.default_tenant)
 
-    def _allows(self, m: OwnerMap, tenant_id: int | None, bucket: str, creating: bool) -> bool:
+    @staticmethod
+    def _allows(owner: int | None, explicit: bool, tenant_id: int | None, creating: bool) -> bool:
         if tenant_id is None:
             return False
-        if creating and bucket not in m.owners:
+        if creating and not explicit:
             return True  # a new bucket, or an unowned one: create_bucket decides (see created)
-        return self._owner(m, bucket) == tenant_id
+        return owner == tenant_id
 
     async def authorize(self, tenant_id: int | None, bucket: str, *, creating: bool = False) -> None:
-        """AccessDenied (BucketAlreadyExists for CreateBucket) unless the tenant owns the bucket."""
+        """AccessDenied (BucketAlreadyExists for CreateBucket) unless the tenant owns the bucket.
+        The cached mapping answers; a refusal is confirmed against the catalog before it is sent."""
         if self.shared:
             return
-        if self._allows(await self._current(self.refresh_seconds), tenant_id, bucket, creating):
+        m = await self._current(self.refresh_seconds)
+        if self._allows(self._owner(m, bucket), bucket in m.owners, tenant_id, creating):
             return
-        if self._allows(await self._current(RECHECK_SECONDS), tenant_id, bucket, creating):
+        owner, explicit = await anyio.to_thread.run_sync(self.repo.owner, bucket)
+        if self._allows(owner, explicit, tenant_id, creating):
+            self.invalidate()  # the mapping is behind: the next request re-reads it
             return
         if creating:
             raise S3Error("BucketAlreadyExists", BucketName=bucket)
@@ -76,10 +82,10 @@ class Tenancy:
 
     async def visible(self, tenant_id: int | None, buckets: list[str]) -> set[str]:
         """The names ListBuckets may show this tenant. It already waits on a remote call, so it
-        reads a mapping at most RECHECK_SECONDS old: a bucket just created elsewhere is listed."""
+        reads a mapping at most LIST_MAX_AGE old: a bucket just created elsewhere is listed."""
         if self.shared:
             return set(buckets)
-        m = await self._current(RECHECK_SECONDS)
+        m = await self._current(LIST_MAX_AGE)
         return {b for b in buckets if tenant_id is not None and self._owner(m, b) == tenant_id}
 
     async def created(self, tenant_id: int | None, bucket: str, *, fresh: bool) -> None:
@@ -95,7 +101,7 @@ class Tenancy:
             self.invalidate()
             if owner == tenant_id or self.shared:
                 return
-        elif self.shared or await anyio.to_thread.run_sync(self.repo.owner, bucket) == tenant_id:
+        elif self.shared or (await anyio.to_thread.run_sync(self.repo.owner, bucket))[0] == tenant_id:
             return
         raise S3Error("BucketAlreadyExists", BucketName=bucket)
 

@@ -200,3 +200,18 @@ def test_shared_mode_lets_every_tenant_reach_every_bucket(seaweed: SeaweedServer
         b.put_object(Bucket=bucket, Key="k", Body=b"by b")
         assert a.get_object(Bucket=bucket, Key="k")["Body"].read() == b"by b"
         b.delete_object(Bucket=bucket, Key="k")
+
+
+def test_bucket_created_on_one_worker_is_usable_at_once_on_the_other(seaweed: SeaweedServer, tmp_path: Any) -> None:
+    """Two uvicorn workers, each with its own cached owners: a bucket is usable right after its
+    CreateBucket whichever worker the next request reaches (fresh connections spread them)."""
+    with GatewayProcess(seaweed, tmp_path / "gw2", workers=2) as g:
+        tenant = new_tenant(g)
+        keys = tenant._request_signer._credentials
+        for i in range(12):
+            bucket = uid(f"raw{i}")
+            g.client(keys.access_key, keys.secret_key).create_bucket(Bucket=bucket)
+            for _ in range(3):
+                fresh = g.client(keys.access_key, keys.secret_key)
+                fresh.put_object(Bucket=bucket, Key="k", Body=b"v")
+                assert bucket in names(fresh)

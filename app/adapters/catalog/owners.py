@@ -45,13 +45,14 @@ class OwnerRepo:
             default = s.scalar(select(Tenant.id).where(Tenant.name == self.default_tenant))
         return OwnerMap(owners, default)
 
-    def owner(self, bucket: str) -> int | None:
-        """The bucket's owner as of now: its row's tenant, else the default tenant's id."""
+    def owner(self, bucket: str) -> tuple[int | None, bool]:
+        """The bucket's owner as of now, and whether it is explicit: its row's tenant, else the
+        default tenant's id (None when there is no default tenant)."""
         with self.sessions() as s:
             explicit = s.scalar(select(BucketOwner.tenant_id).where(BucketOwner.bucket == bucket))
             if explicit is not None:
-                return explicit
-            return s.scalar(select(Tenant.id).where(Tenant.name == self.default_tenant))
+                return explicit, True
+            return s.scalar(select(Tenant.id).where(Tenant.name == self.default_tenant)), False
 
     def claim(self, bucket: str, tenant_id: int) -> int:
         """Record ``tenant_id`` as the owner unless the bucket has one; returns the owner that counts
