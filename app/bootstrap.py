@@ -17,6 +17,7 @@ from app.adapters.cachestore import CacheStore
 from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
+from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.staging import StagingRepo
@@ -30,6 +31,7 @@ from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
 from app.services.readcache import ReadCache
 from app.services.staging import StagingRunner
+from app.services.tenancy import Tenancy
 
 log = logging.getLogger("ferry")
 
@@ -129,6 +131,12 @@ def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies
                      revalidate_interval=settings.cache_revalidate_interval)
 
 
+def make_tenancy(settings: Settings, engine: Engine) -> Tenancy:
+    """Bucket ownership; buckets without an owner belong to the bootstrap tenant."""
+    return Tenancy(OwnerRepo(engine, BOOTSTRAP_TENANT), shared=settings.tenancy == "shared",
+                   refresh_seconds=settings.tenancy_refresh_seconds)
+
+
 def build(settings: Settings) -> Container:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
@@ -147,7 +155,8 @@ def build(settings: Settings) -> Container:
                       part_concurrency=settings.multipart_concurrency, journal=journal, executor=executor,
                       mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
                       cache=cache, policies=policies, inline_lookups=engine.dialect.name == "sqlite",
-                      eager_parts=settings.eager_part_copy, part_copies=part_copies)
+                      eager_parts=settings.eager_part_copy, part_copies=part_copies,
+                      tenancy=make_tenancy(settings, engine))
     ensure_bootstrap_key(catalog, settings)
     staging = StagingRunner(StagingRepo(engine), remote, gateway, settings.node_id)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,

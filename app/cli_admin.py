@@ -45,6 +45,7 @@ DEFAULT_URL = "http://127.0.0.1:9000"
 tenants_cli = typer.Typer(help="Tenants (they own access keys and a cache quota).", no_args_is_help=True)
 keys_cli = typer.Typer(help="S3 access keys of tenants.", no_args_is_help=True)
 policies_cli = typer.Typer(help="Policies per bucket and prefix.", no_args_is_help=True)
+buckets_cli = typer.Typer(help="Bucket owners: which tenant's keys reach a bucket.", no_args_is_help=True)
 
 
 def _console(err: bool = False) -> Console:
@@ -220,6 +221,32 @@ def keys_disable(access_key: str, enable: Annotated[bool, typer.Option("--enable
     """Disable an access key (--enable reverses it)."""
     data = Admin(url, token).post(f"/admin/keys/{access_key}/{'enable' if enable else 'disable'}")
     _emit(data, as_json, lambda k: _key_rows([k]))
+
+
+# ---- bucket owners -------------------------------------------------------------------------------
+def _owner_rows(items: list[dict[str, Any]]) -> Table:
+    return _table("bucket owners", ["bucket", "tenant"], [[o["bucket"], o["tenant"]] for o in items])
+
+
+@buckets_cli.command("list")
+def buckets_list(tenant: Annotated[str | None, typer.Argument(help="Only this tenant's buckets.")] = None,
+                 url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """Buckets with an explicit owner (the others belong to the bootstrap tenant)."""
+    _emit(Admin(url, token).get("/admin/buckets", tenant=tenant), as_json, _owner_rows)
+
+
+@buckets_cli.command("assign")
+def buckets_assign(bucket: str, tenant: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None,
+                   as_json: JsonOpt = False) -> None:
+    """Give a bucket (e.g. one already on the remote) to a tenant."""
+    data = Admin(url, token).call("PUT", f"/admin/buckets/{bucket}", body={"tenant": tenant})
+    _emit(data, as_json, lambda o: _owner_rows([o]))
+
+
+@buckets_cli.command("unassign")
+def buckets_unassign(bucket: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Remove a bucket's explicit owner: it belongs to the bootstrap tenant again."""
+    Admin(url, token).call("DELETE", f"/admin/buckets/{bucket}")
 
 
 # ---- policies ------------------------------------------------------------------------------------
@@ -434,6 +461,7 @@ def register(cli: typer.Typer) -> None:
     cli.add_typer(tenants_cli, name="tenants")
     cli.add_typer(keys_cli, name="keys")
     cli.add_typer(policies_cli, name="policies")
+    cli.add_typer(buckets_cli, name="buckets")
     cli.command("stage")(stage)
     cli.command("flush")(flush)
     cli.command("evict")(evict)

@@ -57,6 +57,12 @@ class Settings(BaseSettings):
     access_key: str | None = None
     secret_key: str | None = None
     admin_token: str | None = None
+    # isolated: a tenant's keys reach only its buckets (unowned ones belong to the bootstrap tenant);
+    # shared: every tenant reaches every bucket (tenants are labels).
+    tenancy: Literal["isolated", "shared"] = "isolated"
+    tenancy_refresh_seconds: float = Field(2.0, gt=0)
+    metrics_public: bool = False  # /metrics without the admin token (it names buckets and tenants)
+    ready_cache_seconds: float = Field(5.0, ge=0)  # /readyz reuses its remote/broker checks this long
     # /readyz fails when the data dir's disk has less free space than either bound.
     ready_min_free_bytes: int = Field(1024**3, ge=0)
     ready_min_free_ratio: float = Field(0.05, ge=0, le=1)

@@ -54,19 +54,21 @@ def control_app(container: Container) -> FastAPI:
 
     api.include_router(status_router(container))  # /admin/status page, /admin/stats JSON
 
-    @api.get("/metrics", include_in_schema=False)
-    async def prometheus_metrics() -> Response:
-        """Prometheus text format: every worker's counters plus the catalog's gauges (read once per scrape)."""
-        metrics.flush_requests()  # this worker's pending figures; the others write theirs every 0.5 s
-        body, content_type = await run_in_threadpool(metrics.exposition, catalog_collector(container))
-        return Response(body, media_type=content_type)
-
     @api.get("/healthz")
     def healthz() -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
     # /readyz and the admin API (/admin/flush, /admin/objects among them): app/admin/*.py
-    include_admin(api, container)
+    auth = include_admin(api, container)
+    # /metrics names buckets and tenants: a read token unless the operator makes it public.
+    guard = [] if container.settings.metrics_public else auth.read()
+
+    @api.get("/metrics", include_in_schema=False, dependencies=guard)
+    async def prometheus_metrics() -> Response:
+        """Prometheus text format: every worker's counters plus the catalog's gauges (read once per scrape)."""
+        metrics.flush_requests()  # this worker's pending figures; the others write theirs every 0.5 s
+        body, content_type = await run_in_threadpool(metrics.exposition, catalog_collector(container))
+        return Response(body, media_type=content_type)
 
     return api
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import urllib3
 
-from tests.support.gateway import GatewayProcess, free_port
+from tests.support.gateway import ADMIN_TOKEN, GatewayProcess, free_port
 from tests.support.seaweed import SeaweedServer
 
 NGINX_CONF = """{user}daemon off;
@@ -150,7 +150,8 @@ def main() -> None:
                 print(f"  {name:22s} median {med:8.0f}  ({med / nginx_median:.2f}x nginx)  server CPU {per_gib:6.0f} ms/GiB"
                       "  runs " + " ".join(f"{v:.0f}" for v in values))
         for name, gw in gws.items():
-            text = urllib3.PoolManager().request("GET", f"{gw.endpoint}/metrics").data.decode()
+            text = urllib3.PoolManager().request("GET", f"{gw.endpoint}/metrics",
+                                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).data.decode()
             line = [x for x in text.splitlines() if x.startswith("ferry_http_zerocopy_bytes_total")]
             print(f"  {name}: {line[0] if line else 'ferry_http_zerocopy_bytes_total absent'}")
         print(f"4 KiB warm GET, {args.small_requests} sequential requests on one connection, p50 (us):")

@@ -6,18 +6,24 @@ Each module holds one area's routes as an ``APIRouter`` factory taking the conta
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import FastAPI
 
 from app.bootstrap import Container
 
+if TYPE_CHECKING:
+    from app.admin.auth import Authenticator
 
-def include_admin(api: FastAPI, container: Container) -> None:
-    from app.admin import auth, cache, health, journal, policies, remotes, staging, tenants
+
+def include_admin(api: FastAPI, container: Container) -> Authenticator:
+    from app.admin import auth, buckets, cache, health, journal, policies, remotes, staging, tenants
     from app.admin.common import install_error_handlers
 
     install_error_handlers(api)
     authenticator = auth.Authenticator(container)
-    api.include_router(health.router(container))
+    api.include_router(health.router(container, authenticator))
     api.include_router(auth.router(container, authenticator))
-    for module in (tenants, remotes, policies, journal, cache, staging):
+    for module in (tenants, buckets, remotes, policies, journal, cache, staging):
         api.include_router(module.router(container, authenticator))
+    return authenticator

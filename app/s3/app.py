@@ -20,9 +20,10 @@ from app.domain.errors import S3Error
 from app.domain.objects import FileRange, FileSegment
 from app.logs import REQUEST_ID, new_request_id
 from app.s3 import xml
+from app.s3.handlers.common import parse_copy_source
 from app.s3.request import ClientDisconnected, S3Request, parse_query, split_target
 from app.s3.response import Response
-from app.s3.router import resolve
+from app.s3.router import Route, resolve
 from app.s3.sigv2 import SigV2Verifier, access_key_v2, is_sigv2
 from app.s3.sigv4 import RequestParts, SigV4Verifier
 from app.services.gateway import Gateway
@@ -99,6 +100,7 @@ class S3App:
             route = resolve(req)
             metrics.set_operation(route.name)
             await self._authenticate(req, scope)
+            await self._authorize(route, req)
             response = await route.handler(req, self.gateway)
         except ClientDisconnected:
             return
@@ -147,6 +149,19 @@ class S3App:
         if self.domain and req.bucket and hostname.endswith("." + self.domain):
             return "/" + req.bucket
         return ""
+
+    async def _authorize(self, route: Route, req: S3Request) -> None:
+        """Bucket ownership, checked here for every operation before its handler runs: the
+        request's bucket, and a copy's source bucket (a tenant must own what it reads too)."""
+        tenancy = self.gateway.tenancy
+        if tenancy is None or req.bucket is None:
+            return
+        await tenancy.authorize(req.tenant_id, req.bucket, creating=route.name == "CreateBucket")
+        source = req.headers.get("x-amz-copy-source") if route.header == "x-amz-copy-source" else None
+        if source is not None:
+            src_bucket, _ = parse_copy_source(source)
+            if src_bucket != req.bucket:
+                await tenancy.authorize(req.tenant_id, src_bucket)
 
     @staticmethod
     def _error(err: S3Error, req: S3Request | None, request_id: str) -> Response:

@@ -53,6 +53,7 @@ from app.services.executor import Executor
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
 from app.services.readcache import LOOKUP, ReadCache
+from app.services.tenancy import Tenancy
 
 T = TypeVar("T")
 log = logging.getLogger("ferry.gateway")
@@ -143,8 +144,9 @@ class Gateway:
                  buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None,
                  cache: ReadCache | None = None, policies: PolicyBook | None = None,
                  inline_lookups: bool = False, eager_parts: bool = True,
-                 part_copies: PartCopies | None = None) -> None:
+                 part_copies: PartCopies | None = None, tenancy: Tenancy | None = None) -> None:
         self.catalog = catalog
+        self.tenancy = tenancy  # bucket ownership; None: every tenant reaches every bucket
         self.blobs = blobs
         self.remote = remote
         self.region = region
@@ -240,11 +242,17 @@ class Gateway:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
     # ---- buckets -----------------------------------------------------------------------------
-    async def list_buckets(self) -> list[BucketInfo]:
-        return await self._run(self.remote.list_buckets)
+    async def list_buckets(self, tenant_id: int | None = None) -> list[BucketInfo]:
+        """The remote's buckets that this tenant owns (all of them without tenancy)."""
+        buckets = await self._run(self.remote.list_buckets)
+        if self.tenancy is None:
+            return buckets
+        visible = await self.tenancy.visible(tenant_id, [b.name for b in buckets])
+        return [b for b in buckets if b.name in visible]
 
-    async def create_bucket(self, bucket: str, location: str | None) -> None:
+    async def create_bucket(self, bucket: str, location: str | None, tenant_id: int | None = None) -> None:
         validate_bucket_name(bucket)
+        fresh = True
         try:
             await self._run(self.remote.create_bucket, bucket, location)
         except S3Error as err:
@@ -254,6 +262,9 @@ class Gateway:
             ):
                 raise
             await self._run(self.remote.head_bucket, bucket)
+            fresh = False
+        if self.tenancy is not None:
+            await self.tenancy.created(tenant_id, bucket, fresh=fresh)
         self._known_buckets[bucket] = time.monotonic()
 
     async def head_bucket(self, bucket: str) -> None:
@@ -267,6 +278,8 @@ class Gateway:
         if self.journal is not None:
             await self._settle_pending_deletes(bucket)
         await self._run(self.remote.delete_bucket, bucket)
+        if self.tenancy is not None:
+            await self.tenancy.deleted(bucket)
 
     async def _settle_pending_deletes(self, bucket: str) -> None:
         """Before DeleteBucket: a bucket whose only buffered rows are deletes is empty once they

@@ -432,8 +432,9 @@ def test_staging_cancel_and_bad_bucket(api: httpx.Client, seaweed: SeaweedServer
 
 
 # ---- health ------------------------------------------------------------------------------------
-def test_readyz(anon: httpx.Client) -> None:
-    r = anon.get("/readyz")
+def test_readyz(anon: httpx.Client, api: httpx.Client) -> None:
+    assert anon.get("/readyz").json() == {"ready": True}  # details only with a token
+    r = api.get("/readyz")
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["ready"] is True
@@ -449,7 +450,7 @@ def test_readyz_fails_on_low_disk_and_dead_remote(seaweed: SeaweedServer, tmp_pa
 
     env = {"FERRY_READY_MIN_FREE_RATIO": "1.0", "FERRY_REMOTE_CONNECT_TIMEOUT": "1"}
     with GatewayProcess(Dead(), tmp_path / "gw", env=env) as g:
-        r = httpx.get(f"{g.endpoint}/readyz", timeout=30)
+        r = httpx.get(f"{g.endpoint}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
         assert r.status_code == 503
         checks = r.json()["checks"]
         assert checks["catalog"]["ok"] is True

@@ -135,3 +135,18 @@ def test_flush_status_and_evict(gw: GatewayProcess, seaweed: SeaweedServer) -> N
     swept = ferry(gw, "evict", "--orphans")
     assert swept.returncode == 0 and "orphan block files" in swept.stdout, swept.stdout
     assert ok_json(ferry(gw, "evict", "--orphans", "--json")) == {"entries": 0, "bytes": 0}
+
+
+def test_bucket_owners(gw: GatewayProcess, seaweed: SeaweedServer) -> None:
+    """``ferry buckets assign`` gives an existing remote bucket to a tenant, whose key then reaches it."""
+    tenant, bucket = uid("own"), seaweed.create_bucket(uid("cli-own"))
+    ok_json(ferry(gw, "tenants", "create", tenant, "--json"))
+    key = ok_json(ferry(gw, "keys", "create", tenant, "--json"))
+    s3 = gw.client(key["access_key"], key["secret_key"])
+    assert bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}
+    assert ok_json(ferry(gw, "buckets", "assign", bucket, tenant, "--json"))["tenant"] == tenant
+    assert bucket in {b["Name"] for b in s3.list_buckets()["Buckets"]}
+    assert [o["bucket"] for o in ok_json(ferry(gw, "buckets", "list", tenant, "--json"))] == [bucket]
+    assert ferry(gw, "buckets", "unassign", bucket).returncode == 0
+    assert ferry(gw, "buckets", "unassign", bucket).returncode == 1
+    assert bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}

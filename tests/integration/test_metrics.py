@@ -28,7 +28,8 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def scrape(gw: GatewayProcess) -> Samples:
-    with urllib.request.urlopen(f"{gw.endpoint}/metrics", timeout=30) as r:
+    req = urllib.request.Request(f"{gw.endpoint}/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
         assert r.status == 200
         assert r.headers["Content-Type"].startswith("text/plain")
         text = r.read().decode()

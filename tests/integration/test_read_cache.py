@@ -270,7 +270,8 @@ def test_remote_outage_serves_hits_and_refuses_misses(cgw: GatewayProcess, proxy
 def metrics_text(gw: GatewayProcess) -> str:
     import urllib.request
 
-    with urllib.request.urlopen(f"{gw.endpoint}/metrics", timeout=10) as r:
+    req = urllib.request.Request(f"{gw.endpoint}/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
         return str(r.read().decode())
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from tests.integration.test_read_cache import BLOCK, MiB, cache_env, put_remote
 from tests.support.counting_proxy import CountingProxy
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
 
 SIZE = 40 * MiB
 
@@ -57,7 +57,8 @@ def big(zgw: GatewayProcess, zbucket: str, seaweed: Any) -> tuple[str, bytes]:
 def metric(gw: GatewayProcess, name: str, labels: str = "") -> float:
     """Sum of a metric's samples (matching ``labels``, a substring of the label set)."""
     ctx = gw.tls.client_context() if gw.tls else None
-    with urllib.request.urlopen(f"{gw.endpoint}/metrics", timeout=10, context=ctx) as r:
+    req = urllib.request.Request(f"{gw.endpoint}/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
         text = r.read().decode()
     total = 0.0
     for match in re.finditer(rf"^{name}(\{{[^}}]*\}})? (\S+)$", text, re.MULTILINE):

@@ -250,3 +250,14 @@ class BucketMapping(Base):
     remote_id: Mapped[int] = mapped_column(ForeignKey("remotes.id", ondelete="CASCADE"), index=True)
     remote_bucket: Mapped[str] = mapped_column(String(63))
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class BucketOwner(Base):
+    """Which tenant owns a bucket: set when a tenant creates it, or by the admin API for a bucket
+    that already exists on the remote. A bucket without a row belongs to the bootstrap tenant."""
+
+    __tablename__ = "bucket_owners"
+
+    bucket: Mapped[str] = mapped_column(String(63), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)

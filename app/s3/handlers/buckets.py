@@ -20,7 +20,7 @@ def _bucket(req: S3Request) -> str:
 
 
 async def list_buckets(req: S3Request, gw: Gateway) -> Response:
-    buckets = await gw.list_buckets()
+    buckets = await gw.list_buckets(req.tenant_id)
     inner = OWNER + "<Buckets>" + "".join(
         f"<Bucket>{xml.element('Name', b.name)}{xml.element('CreationDate', xml.iso8601(b.created))}</Bucket>"
         for b in buckets
@@ -31,7 +31,7 @@ async def list_buckets(req: S3Request, gw: Gateway) -> Response:
 async def create_bucket(req: S3Request, gw: Gateway) -> Response:
     body = await req.read_body(64 * 1024)
     location = xml.parse_location_constraint(body)
-    await gw.create_bucket(_bucket(req), location)
+    await gw.create_bucket(_bucket(req), location, req.tenant_id)
     return Response(200, [("Location", f"/{req.bucket}")])
 
 
