@@ -30,6 +30,7 @@ from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
 from app.services.readcache import ReadCache
 from app.services.staging import StagingRunner
+from app.services.upload_expiry import UploadExpiry
 
 log = logging.getLogger("ferry")
 
@@ -50,6 +51,7 @@ class Container:
     policies: PolicyBook
     cache: ReadCache | None = None
     staging: StagingRunner | None = None  # the admin API's warm-up jobs
+    upload_expiry: UploadExpiry | None = None  # run by the journal sweeper (in-process or beat)
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
@@ -132,7 +134,7 @@ def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies
 def build(settings: Settings) -> Container:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
-    catalog = Catalog(engine)
+    catalog = Catalog(engine, settings.node_id)
     blobs = BlobStore(settings.data_dir, fsync=settings.fsync)
     remote = RemoteStore(remote_config(settings))
     journal = Journal(engine, settings.node_id)
@@ -150,5 +152,9 @@ def build(settings: Settings) -> Container:
                       eager_parts=settings.eager_part_copy, part_copies=part_copies)
     ensure_bootstrap_key(catalog, settings)
     staging = StagingRunner(StagingRepo(engine), remote, gateway, settings.node_id)
+    expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
+    if isinstance(executor, EmbeddedExecutor):
+        executor.chores.append(expiry.sweep)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
-                     policy_repo=policy_repo, policies=policies, staging=staging, cache=cache)
+                     policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
+                     upload_expiry=expiry)
