@@ -10,7 +10,8 @@ forgotten after ``COMPLETED_RETENTION``. Only this node's uploads: their parts a
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from app.adapters.blobstore import BlobStore
@@ -29,9 +30,15 @@ class UploadExpiry:
     remote: RemoteStore
     max_age: float
     retention: float = COMPLETED_RETENTION
+    _next_run: float = field(default=0.0, init=False)
 
     def sweep(self) -> int:
-        """Abort this node's uploads older than ``max_age``; returns how many were aborted."""
+        """Abort this node's uploads older than ``max_age``; returns how many were aborted.
+        Called on every journal sweep, it looks at the catalog at most every ``max_age / 4``
+        seconds (at most every minute): expiry needs no finer clock."""
+        if time.monotonic() < self._next_run:
+            return 0
+        self._next_run = time.monotonic() + min(60.0, self.max_age / 4)
         now = datetime.now(UTC)
         aborted = 0
         for upload_id in self.catalog.expired_uploads(now - timedelta(seconds=self.max_age)):

@@ -265,3 +265,37 @@ def test_complete_on_another_node_is_refused(seaweed: Any, fresh_postgres_url: s
         assert done["ETag"] == mp_etag(bodies)
         assert gw_a.client().get_object(Bucket=bucket, Key="a.bin")["Body"].read() == b"".join(bodies)
         engine.dispose()
+
+
+def test_claim_of_a_dead_complete_blocks_parts_until_its_lease_expires(wb: GatewayProcess, seaweed: Any) -> None:
+    """A Complete killed between its claim and its commit leaves the upload ``completing``: parts
+    and aborts get 409 OperationAborted meanwhile, and once the lease has run out a retried
+    Complete takes the upload over and commits it."""
+    from sqlalchemy import text
+
+    from app.adapters.catalog.engine import make_engine
+
+    bucket = new_bucket(wb)
+    bodies = [os.urandom(5 * MiB), os.urandom(64)]
+    upload_id, listed = start(wb, bucket, "dead.bin", bodies)
+    engine = make_engine(f"sqlite:///{wb.data_dir / 'ferry.db'}")
+
+    def claim(until: float) -> None:  # what a Complete's claim leaves behind when its process dies
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE multipart_uploads SET state='completing', claim='dead', claim_until=:u "
+                              "WHERE upload_id=:id"), {"u": until, "id": upload_id})
+
+    claim(time.time() + 600)
+    s3 = wb.client()
+    for call, kwargs in ((s3.upload_part, {"PartNumber": 3, "Body": b"late"}), (s3.abort_multipart_upload, {})):
+        with pytest.raises(ClientError) as info:
+            call(Bucket=bucket, Key="dead.bin", UploadId=upload_id, **kwargs)
+        assert code(info.value) == "OperationAborted"
+        assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 409
+    claim(time.time() - 1)  # the lease ran out
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="dead.bin", UploadId=upload_id,
+                                        MultipartUpload={"Parts": listed})
+    assert done["ETag"] == mp_etag(bodies)
+    assert wb.flush(timeout=60)["durable"]
+    assert remote_body(seaweed, bucket, "dead.bin") == b"".join(bodies)
+    engine.dispose()
