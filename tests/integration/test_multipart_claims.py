@@ -299,3 +299,33 @@ def test_claim_of_a_dead_complete_blocks_parts_until_its_lease_expires(wb: Gatew
     assert wb.flush(timeout=60)["durable"]
     assert remote_body(seaweed, bucket, "dead.bin") == b"".join(bodies)
     engine.dispose()
+
+
+def test_restart_after_kill9_reopens_the_claims_of_this_node(seaweed: Any, tmp_path: Path) -> None:
+    """kill -9 while a Complete holds its claim (state as the dead process left it): the next
+    ``ferry serve`` of the node reopens the upload at once, without waiting for the lease."""
+    from sqlalchemy import text
+
+    from app.adapters.catalog.engine import make_engine
+
+    gw = GatewayProcess(seaweed, tmp_path / "gw", env={"FERRY_NODE_ID": "kill-node"}).start()
+    try:
+        bucket = new_bucket(gw)
+        bodies = [os.urandom(5 * MiB)]
+        upload_id, listed = start(gw, bucket, "killed.bin", bodies)
+        gw.kill()
+        engine = make_engine(f"sqlite:///{gw.data_dir / 'ferry.db'}")
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE multipart_uploads SET state='completing', claim='dead', claim_node='kill-node', "
+                              "claim_until=:u WHERE upload_id=:id"), {"u": time.time() + 3600, "id": upload_id})
+        engine.dispose()
+        gw.start()
+        s3 = gw.client()
+        extra = s3.upload_part(Bucket=bucket, Key="killed.bin", UploadId=upload_id, PartNumber=2, Body=b"tail")
+        done = s3.complete_multipart_upload(Bucket=bucket, Key="killed.bin", UploadId=upload_id, MultipartUpload={
+            "Parts": listed + [{"PartNumber": 2, "ETag": extra["ETag"]}]})
+        assert done["ETag"] == mp_etag(bodies + [b"tail"])
+        assert gw.flush(timeout=60)["durable"]
+        assert remote_body(seaweed, bucket, "killed.bin") == b"".join(bodies) + b"tail"
+    finally:
+        gw.stop()

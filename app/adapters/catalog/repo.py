@@ -72,7 +72,7 @@ def finish_upload(conn: Connection, claim: UploadClaim) -> list[str]:
     done = conn.execute(update(t).where(t.c.upload_id == claim.upload_id, t.c.state == "completing",
                                         t.c.claim == claim.token)
                         .values(state="completed", result_json=claim.result.as_json(), completed_at=utcnow(),
-                                claim=None, claim_until=None))
+                                claim=None, claim_until=None, claim_node=None))
     if done.rowcount != 1:
         raise ClaimLost(claim.upload_id)
     p = MultipartPart.__table__
@@ -201,9 +201,12 @@ class Catalog:
 
     @staticmethod
     def _lock_open(s: Session, upload_id: str) -> None:
-        locked = s.execute(update(MultipartUpload).where(MultipartUpload.upload_id == upload_id,
-                                                         MultipartUpload.state == "open")
-                           .values(state=MultipartUpload.state))
+        """Lock the upload row if it is open, reopening it first if a dead Complete's claim has
+        run out (its claimer, if alive after all, then loses its commit: ClaimLost)."""
+        u = MultipartUpload
+        locked = s.execute(update(u).where(u.upload_id == upload_id, or_(
+            u.state == "open", and_(u.state == "completing", u.claim_until < time.time())))
+            .values(state="open", claim=None, claim_until=None, claim_node=None))
         if locked.rowcount != 1:  # type: ignore[attr-defined]
             raise UploadNotOpen(s.scalar(select(MultipartUpload.state)
                                          .where(MultipartUpload.upload_id == upload_id)))
@@ -267,7 +270,7 @@ class Catalog:
         with self.sessions.begin() as s:
             won = s.execute(update(u).where(u.upload_id == upload_id, u.bucket == bucket, u.key == key, or_(
                 u.state == "open", and_(u.state == "completing", u.claim_until < now)))
-                .values(state="completing", claim=token, claim_until=now + lease_seconds))
+                .values(state="completing", claim=token, claim_until=now + lease_seconds, claim_node=self.node_id))
             row = s.get(u, upload_id)
             if row is None or (row.bucket, row.key) != (bucket, key):
                 return "gone", None
@@ -285,7 +288,16 @@ class Catalog:
             s.execute(update(MultipartUpload).where(MultipartUpload.upload_id == upload_id,
                                                     MultipartUpload.state == "completing",
                                                     MultipartUpload.claim == token)
-                      .values(state="open", claim=None, claim_until=None))
+                      .values(state="open", claim=None, claim_until=None, claim_node=None))
+
+    def release_claims_of_node(self) -> int:
+        """Crash recovery at start, before any process of this node serves: claims this node
+        holds belong to Completes that died with the previous run, so their uploads reopen."""
+        u = MultipartUpload
+        with self.sessions.begin() as s:
+            done = s.execute(update(u).where(u.state == "completing", u.claim_node == self.node_id)
+                             .values(state="open", claim=None, claim_until=None, claim_node=None))
+            return int(done.rowcount)  # type: ignore[attr-defined]
 
     def finish_upload(self, claim: UploadClaim) -> list[str]:
         """Write-through: the object is on the remote; keep the result, return the part blobs."""

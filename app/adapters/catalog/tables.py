@@ -59,7 +59,7 @@ class MultipartUpload(Base):
     """An upload in progress; parts live in the local blob store until Complete.
 
     ``state`` is ``open``, then ``completing`` while one Complete holds the claim (``claim``,
-    until ``claim_until``), then ``completed``: the row then keeps only the result
+    until ``claim_until``, taken on ``claim_node``), then ``completed``: the row then keeps only the result
     (``result_json``) so a repeated Complete gets the same answer, until the expiry sweep.
     """
 
@@ -80,6 +80,7 @@ class MultipartUpload(Base):
     node_id: Mapped[str | None] = mapped_column(String(128), nullable=True)  # whose disk holds the parts
     claim: Mapped[str | None] = mapped_column(String(64), nullable=True)
     claim_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    claim_node: Mapped[str | None] = mapped_column(String(128), nullable=True)  # the claimer's node
     result_json: Mapped[str | None] = mapped_column(Text, nullable=True)
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
