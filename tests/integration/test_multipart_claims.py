@@ -208,31 +208,60 @@ def blob_files(gw: GatewayProcess) -> list[Path]:
     return [p for p in Path(gw.data_dir, "blobs").rglob("*") if p.is_file()]
 
 
-def test_abandoned_uploads_expire(seaweed: Any, tmp_path: Path) -> None:
+def check_expiry(gw: GatewayProcess, seaweed: Any, database_url: str, node_id: str) -> None:
+    """An upload left open past FERRY_MULTIPART_EXPIRY: the sweeper deletes its rows, its parts'
+    blobs and the remote upload the eager copies started; the buffer no longer counts it."""
     from app.adapters.catalog.engine import make_engine
     from app.adapters.catalog.journal import Journal
 
+    bucket = new_bucket(gw)
+    upload_id, _ = start(gw, bucket, "abandoned.bin", [os.urandom(5 * MiB), os.urandom(100)])
+    remote = seaweed.client()
+
+    def remote_uploads() -> list[Any]:
+        return [u for u in remote.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+                if u["Key"] == "abandoned.bin"]
+
+    engine = make_engine(database_url)
+    journal = Journal(engine, node_id)
+    assert journal.dirty_bytes() == 5 * MiB + 100
+    assert len(blob_files(gw)) == 2
+    wait_for(lambda: len(remote_uploads()) == 1, 10)  # the eager part copies started one
+    wait_for(lambda: not gw.client().list_multipart_uploads(Bucket=bucket).get("Uploads"))
+    assert blob_files(gw) == []
+    assert remote_uploads() == []
+    assert journal.dirty_bytes() == 0
+    with pytest.raises(ClientError) as info:
+        gw.client().upload_part(Bucket=bucket, Key="abandoned.bin", UploadId=upload_id, PartNumber=3, Body=b"x")
+    assert code(info.value) == "NoSuchUpload"
+    engine.dispose()
+
+
+def test_abandoned_uploads_expire(seaweed: Any, tmp_path: Path) -> None:
+    """Embedded: the in-process executor's sweeper runs the expiry."""
     with GatewayProcess(seaweed, tmp_path / "gw", env={"FERRY_MULTIPART_EXPIRY": "4",
                                                        "FERRY_NODE_ID": "expiry-node"}) as gw:
-        bucket = new_bucket(gw)
-        upload_id, _ = start(gw, bucket, "abandoned.bin", [os.urandom(5 * MiB), os.urandom(100)])
-        remote = seaweed.client()
+        check_expiry(gw, seaweed, f"sqlite:///{gw.data_dir / 'ferry.db'}", "expiry-node")
 
-        def remote_uploads() -> list[Any]:
-            return [u for u in remote.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
-                    if u["Key"] == "abandoned.bin"]
 
-        journal = Journal(make_engine(f"sqlite:///{gw.data_dir / 'ferry.db'}"), "expiry-node")
-        assert journal.dirty_bytes() == 5 * MiB + 100
-        assert len(blob_files(gw)) == 2
-        wait_for(lambda: len(remote_uploads()) == 1, 10)  # the eager part copies started one
-        wait_for(lambda: not gw.client().list_multipart_uploads(Bucket=bucket).get("Uploads"))
-        assert blob_files(gw) == []
-        assert remote_uploads() == []
-        assert journal.dirty_bytes() == 0
-        with pytest.raises(ClientError) as info:
-            gw.client().upload_part(Bucket=bucket, Key="abandoned.bin", UploadId=upload_id, PartNumber=3, Body=b"x")
-        assert code(info.value) == "NoSuchUpload"
+@pytest.mark.fleet
+def test_abandoned_uploads_expire_in_fleet_mode(seaweed: Any, tmp_path: Path, fresh_postgres_url: str,
+                                                redis_url: str) -> None:
+    """Fleet: the node's Celery beat sweep (``ferry.sweep``) runs the expiry."""
+    from tests.support.celery_worker import CeleryWorker
+
+    node = f"exp-{uuid.uuid4().hex[:10]}"
+    env = {"FERRY_MULTIPART_EXPIRY": "4", "FERRY_NODE_ID": node, "FERRY_DATABASE_URL": fresh_postgres_url,
+           "FERRY_BROKER_URL": redis_url}
+    try:
+        with GatewayProcess(seaweed, tmp_path / "gw", env=env) as gw, CeleryWorker(gw):
+            check_expiry(gw, seaweed, fresh_postgres_url, node)
+    finally:
+        import redis
+
+        with redis.Redis.from_url(redis_url) as r:
+            for redis_key in r.scan_iter(match=f"*{node}*"):  # the node's queue and bindings
+                r.delete(redis_key)
 
 
 @pytest.mark.fleet
