@@ -32,6 +32,7 @@ from app.services.policies import PolicyBook
 from app.services.readcache import ReadCache
 from app.services.staging import StagingRunner
 from app.services.tenancy import Tenancy
+from app.services.upload_expiry import UploadExpiry
 
 log = logging.getLogger("ferry")
 
@@ -52,6 +53,7 @@ class Container:
     policies: PolicyBook
     cache: ReadCache | None = None
     staging: StagingRunner | None = None  # the admin API's warm-up jobs
+    upload_expiry: UploadExpiry | None = None  # run by the journal sweeper (in-process or beat)
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
@@ -140,7 +142,7 @@ def make_tenancy(settings: Settings, engine: Engine) -> Tenancy:
 def build(settings: Settings) -> Container:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
-    catalog = Catalog(engine)
+    catalog = Catalog(engine, settings.node_id)
     blobs = BlobStore(settings.data_dir, fsync=settings.fsync)
     remote = RemoteStore(remote_config(settings))
     journal = Journal(engine, settings.node_id)
@@ -159,5 +161,9 @@ def build(settings: Settings) -> Container:
                       tenancy=make_tenancy(settings, engine))
     ensure_bootstrap_key(catalog, settings)
     staging = StagingRunner(StagingRepo(engine), remote, gateway, settings.node_id)
+    expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
+    if isinstance(executor, EmbeddedExecutor):
+        executor.chores.append(expiry.sweep)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
-                     policy_repo=policy_repo, policies=policies, staging=staging, cache=cache)
+                     policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
+                     upload_expiry=expiry)

@@ -92,11 +92,13 @@ def serve(
     # (Committed dirty writes need nothing here: the sweeper finds them in the journal.)
     from app.adapters.catalog.engine import make_engine
     from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.repo import Catalog
 
     engine = make_engine(settings.effective_database_url, pool_size=1)
     try:
         journal = Journal(engine, settings.node_id)
         dropped = BlobStore(settings.data_dir, fsync=settings.fsync).recover(journal.blobs_referenced)
+        Catalog(engine, settings.node_id).release_claims_of_node()  # Completes killed mid-way
     finally:
         engine.dispose()
     if dropped:

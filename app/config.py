@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     multipart_concurrency: int = Field(8, ge=1, le=64)
     multipart_threshold: int = Field(64 * 1024 * 1024, ge=5 * 1024 * 1024)
     eager_part_copy: bool = Field(True, description="Copy multipart parts to the remote as they arrive.")
+    multipart_expiry: float = Field(7 * 86400.0, gt=0,
+                                    description="Seconds after which an upload never completed is aborted.")
     write_buffer_bytes: int = Field(64 * 1024**3, ge=1)
     cache_bytes: int = Field(256 * 1024**3, ge=0, description="Budget of the data directory: cached + dirty bytes.")
     cache_block_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=1024**3)

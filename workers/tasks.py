@@ -26,10 +26,12 @@ def destage(seq: int) -> str:
 
 @app.task(name="ferry.sweep", ignore_result=True)
 def sweep() -> int:
-    """Free leases of dead workers and re-send every due entry of this node."""
+    """Free leases of dead workers, re-send every due entry of this node, expire its abandoned uploads."""
     c = container()
     c.journal.release_expired_leases()
     due = c.journal.due(node_id=c.journal.node_id)  # other nodes' bytes are not on this disk
     for seq in due:
         destage.delay(seq)
+    if c.upload_expiry is not None:  # abandoned multipart uploads of this node
+        c.upload_expiry.sweep()
     return len(due)

@@ -56,6 +56,8 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "NoSuchVersion": (404, "The specified version does not exist."),
     "NotImplemented": (501, "A header you provided implies functionality that is not implemented."),
     "NotModified": (304, "Not Modified"),
+    "OperationAborted": (409, "A conflicting conditional operation is currently in progress against this "
+                         "resource. Try again."),
     "PreconditionFailed": (412, "At least one of the pre-conditions you specified did not hold"),
     "RequestTimeTooSkewed": (403, "The difference between the request time and the current time is too large."),
     "RequestTimeout": (400, "Your socket connection to the server was not read from or written to within the timeout period."),

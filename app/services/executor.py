@@ -39,6 +39,8 @@ class EmbeddedExecutor:
         self._queued: set[int] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        # Other periodic upkeep of this node's data run by the same sweeper (upload expiry).
+        self.chores: list[Callable[[], object]] = []
 
     def submit(self, seq: int) -> None:
         if self._queue is None or seq in self._queued:
@@ -85,6 +87,11 @@ class EmbeddedExecutor:
         due = await anyio.to_thread.run_sync(self.journal.due)
         for seq in due:
             self.submit(seq)
+        for chore in self.chores:
+            try:
+                await anyio.to_thread.run_sync(chore)
+            except Exception:  # one failing chore must not stop the destage sweep
+                log.exception("sweeper chore %s failed", chore)
         return len(due)
 
 

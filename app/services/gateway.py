@@ -30,7 +30,7 @@ import anyio.to_thread
 from app import metrics
 from app.adapters.blobstore import BlobStore, StagingFile
 from app.adapters.catalog.journal import BlobRef, Journal, VersionRow
-from app.adapters.catalog.repo import Catalog
+from app.adapters.catalog.repo import Catalog, ClaimLost, CompletedUpload, UploadClaim, UploadNotOpen
 from app.adapters.remote import RemoteStore, read_available
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
@@ -65,6 +65,10 @@ MAX_PUT_SIZE = 5 * 1024**3
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_NUMBER = 10_000
 BUCKET_TRUST_SECONDS = 300.0
+# How long a Complete's claim holds before another Complete may take the upload over (the
+# claimer crashed). Write-through uploads the whole object under it, hence the longer lease.
+COMPLETE_CLAIM_SECONDS = {True: 60.0, False: 3600.0}  # keyed by write-back
+CLAIM_POLL_SECONDS = 0.05
 
 
 class BodyStream(Protocol):
@@ -694,7 +698,9 @@ class Gateway:
 
     async def _upload(self, bucket: str, key: str, upload_id: str) -> tuple[UploadInfo, dict[str, Any]]:
         found = await self._run(self.catalog.get_upload, upload_id)
-        if found is None or found[0].bucket != bucket or found[0].key != key:
+        if found is None:
+            raise _not_open(await self._run(self.catalog.upload_state, upload_id), upload_id)
+        if found[0].bucket != bucket or found[0].key != key:
             raise S3Error("NoSuchUpload", UploadId=upload_id)
         return found
 
@@ -723,6 +729,9 @@ class Gateway:
                         received.checksums)
         try:
             old = await self._run(self.catalog.put_part, upload_id, part, blob)
+        except UploadNotOpen as exc:
+            await self._run(self.blobs.delete, blob)
+            raise _not_open(exc.state, upload_id) from None
         except BaseException:
             await self._run(self.blobs.delete, blob)
             raise
@@ -806,45 +815,68 @@ class Gateway:
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload(bucket, key, upload_id)
-        remote_id = await self._run(self.catalog.remote_upload, upload_id)
-        for blob in await self._run(self.catalog.delete_upload, upload_id):
+        try:
+            blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id)
+        except UploadNotOpen as exc:  # a Complete claimed it meanwhile
+            raise _not_open(exc.state, upload_id) from None
+        for blob in blobs:
             await self._run(self.blobs.delete, blob)
         if remote_id is not None:
             await self._run(self.remote.abort_multipart, bucket, key, remote_id)
 
     async def complete_upload(self, bucket: str, key: str, upload_id: str,
                               requested: list[tuple[int, str, dict[str, str]]]) -> str:
-        info, headers = await self._upload(bucket, key, upload_id)
+        """One atomic claim of the upload: exactly one Complete commits the object from the parts
+        it re-reads under the claim; a duplicate waits and answers the committed result."""
+        write_back = self._write_back_for(bucket, key)
+        token = secrets.token_hex(16)
+        wait = CLAIM_POLL_SECONDS
+        while True:
+            outcome, found = await self._run(self.catalog.claim_complete, upload_id, bucket, key, token,
+                                             COMPLETE_CLAIM_SECONDS[write_back])
+            if outcome == "completed":
+                assert isinstance(found, CompletedUpload)
+                return _repeated(found, bucket, key, upload_id, requested)
+            if outcome == "gone":
+                raise S3Error("NoSuchUpload", UploadId=upload_id)
+            if outcome == "busy":  # another Complete holds the claim: wait for its result
+                await asyncio.sleep(wait)
+                wait = min(1.0, wait * 2)
+                continue
+            assert isinstance(found, tuple)
+            try:
+                return await self._complete_claimed(bucket, key, upload_id, requested, found, token, write_back)
+            except ClaimLost:
+                continue  # our lease ran out and another Complete took over: answer its result
+            except BaseException:
+                await self._run(self.catalog.release_claim, upload_id, token)
+                raise
+
+    async def _complete_claimed(self, bucket: str, key: str, upload_id: str,
+                                requested: list[tuple[int, str, dict[str, str]]],
+                                found: tuple[UploadInfo, dict[str, Any]], token: str, write_back: bool) -> str:
+        """Validate the part list against the parts as they are now, then commit the object
+        (write-back: its journal row; write-through: the remote upload) under the claim."""
+        info, headers = found
         stored = {p.part_number: (p, blob) for p, blob in await self._run(self.catalog.parts, upload_id)}
-        chosen: list[tuple[PartInfo, str]] = []
-        previous = 0
-        for number, etag, _checksums in requested:
-            if number <= previous:
-                raise S3Error("InvalidPartOrder")
-            previous = number
-            found = stored.get(number)
-            if found is None or found[0].etag != etag:
-                raise S3Error("InvalidPart", PartNumber=str(number), ETag=etag)
-            chosen.append(found)
-        for part, _ in chosen[:-1]:
-            if part.size < MIN_PART_SIZE:
-                raise S3Error("EntityTooSmall", ProposedSize=str(part.size), MinSizeAllowed=str(MIN_PART_SIZE),
-                              PartNumber=str(part.part_number), ETag=part.etag)
-        validate_object_size(key, sum(p.size for p, _ in chosen))
+        chosen = _choose_parts(key, requested, stored)
+        await self._check_parts_here(upload_id, chosen)
         etag = multipart_etag([p.etag for p, _ in chosen])
+        claim = UploadClaim(upload_id, token, CompletedUpload(bucket, key, etag,
+                                                              [(p.part_number, p.etag) for p, _ in chosen]))
         content = dict(headers.get("content", {}))
         metadata = dict(headers.get("metadata", {}))
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
         remote_id = await self._run(self.catalog.remote_upload, upload_id)
-        if self._write_back_for(bucket, key):
+        if write_back:
             assert self.journal is not None
             # The parts become the object's blobs: no byte is copied again.
             row = await self._run(functools.partial(
                 self.journal.append_put, bucket, key, size, etag, pieces, multipart=True,
                 content_headers=content, metadata=metadata,
                 checksums=composite_checksum(info.checksum_algorithm, pieces),
-                checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=upload_id,
+                checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=claim,
                 remote_upload_id=remote_id, invalidate_cache=self.cache is not None))
             unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
             for blob in unused:
@@ -854,10 +886,60 @@ class Gateway:
         spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm,
                           remote_id)
         await self._run(upload, self.remote, self.blobs, spec, self.part_concurrency)
-        for blob in await self._run(self.catalog.delete_upload, upload_id):
+        for blob in await self._run(self.catalog.finish_upload, claim):
             await self._run(self.blobs.delete, blob)
         await self._written(bucket, key)
         return etag
+
+    async def _check_parts_here(self, upload_id: str, chosen: list[tuple[PartInfo, str]]) -> None:
+        """Parts live in the data directory of the node that received them; until nodes fetch
+        each other's parts, a Complete elsewhere is refused (it could only commit a row whose
+        blobs this disk does not hold)."""
+        nodes = await self._run(self.catalog.part_nodes, upload_id)
+        here = self.catalog.node_id
+        for part, _ in chosen:
+            owner = nodes.get(part.part_number)
+            if owner is not None and here is not None and owner != here:
+                raise S3Error("InvalidRequest", f"Part {part.part_number} of this upload is held by node "
+                              f"{owner!r}; send CompleteMultipartUpload to that node")
+
+
+def _not_open(state: str | None, upload_id: str) -> S3Error:
+    """S3's answers for an upload that is no longer open: a Complete in progress conflicts
+    (409 OperationAborted, retryable); a completed, aborted or unknown upload is NoSuchUpload."""
+    if state == "completing":
+        return S3Error("OperationAborted", "A CompleteMultipartUpload of this upload is in progress.")
+    return S3Error("NoSuchUpload", UploadId=upload_id)
+
+
+def _repeated(done: CompletedUpload, bucket: str, key: str, upload_id: str,
+              requested: list[tuple[int, str, dict[str, str]]]) -> str:
+    """A repeated Complete of a completed upload gets the committed answer (a retried request
+    never turns a success into a failure); a different part list or target is NoSuchUpload."""
+    if (done.bucket, done.key) != (bucket, key) or [(n, e) for n, e, _ in requested] != done.parts:
+        raise S3Error("NoSuchUpload", UploadId=upload_id)
+    return done.etag
+
+
+def _choose_parts(key: str, requested: list[tuple[int, str, dict[str, str]]],
+                  stored: dict[int, tuple[PartInfo, str]]) -> list[tuple[PartInfo, str]]:
+    """The stored parts a Complete lists, checked as S3 checks them (order, ETags, sizes)."""
+    chosen: list[tuple[PartInfo, str]] = []
+    previous = 0
+    for number, etag, _checksums in requested:
+        if number <= previous:
+            raise S3Error("InvalidPartOrder")
+        previous = number
+        found = stored.get(number)
+        if found is None or found[0].etag != etag:
+            raise S3Error("InvalidPart", PartNumber=str(number), ETag=etag)
+        chosen.append(found)
+    for part, _ in chosen[:-1]:
+        if part.size < MIN_PART_SIZE:
+            raise S3Error("EntityTooSmall", ProposedSize=str(part.size), MinSizeAllowed=str(MIN_PART_SIZE),
+                          PartNumber=str(part.part_number), ETag=part.etag)
+    validate_object_size(key, sum(p.size for p, _ in chosen))
+    return chosen
 
 
 def _parse_copy_range(header: str | None, size: int) -> tuple[int, int] | None:

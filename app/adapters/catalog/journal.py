@@ -21,6 +21,7 @@ from sqlalchemy.orm import aliased, sessionmaker
 
 from app.adapters.catalog.cache_index import invalidate_key
 from app.adapters.catalog.hotpath import SqliteLookups
+from app.adapters.catalog.repo import UploadClaim, finish_upload
 from app.adapters.catalog.tables import MultipartPart, ObjectVersion
 from app.domain.states import DIRTY, VersionState
 
@@ -109,11 +110,11 @@ class Journal:
     def append_put(self, bucket: str, key: str, size: int, etag: str, blobs: list[BlobRef], *,
                    multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
                    checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
-                   complete_upload: str | None = None, remote_upload_id: str | None = None,
+                   complete_upload: UploadClaim | None = None, remote_upload_id: str | None = None,
                    invalidate_cache: bool = False) -> VersionRow:
-        """Insert a buffered PUT; with ``complete_upload`` the upload's rows go in the same commit."""
-        from app.adapters.catalog.tables import MultipartUpload
-
+        """Insert a buffered PUT. With ``complete_upload`` the same commit turns the claimed upload
+        into its kept result and drops its part rows, or nothing commits (ClaimLost): one upload
+        never yields two rows sharing its part blobs."""
         row = ObjectVersion(
             bucket=bucket, key=key, op="put", state=VersionState.BUFFERED.value, generation=0, size=size,
             etag=etag, blobs_json=json.dumps([b.as_json() for b in blobs]), remote_upload_id=remote_upload_id,
@@ -124,8 +125,7 @@ class Journal:
         with self.sessions.begin() as s:
             s.add(row)
             if complete_upload is not None:
-                s.query(MultipartPart).filter(MultipartPart.upload_id == complete_upload).delete()
-                s.query(MultipartUpload).filter(MultipartUpload.upload_id == complete_upload).delete()
+                finish_upload(s.connection(), complete_upload)
             if invalidate_cache:  # cached copies of the old version die in the same commit
                 invalidate_key(s.connection(), bucket, key)
             s.flush()
@@ -220,7 +220,8 @@ class Journal:
         with self.sessions() as s:
             versions = s.scalar(select(func.coalesce(func.sum(ObjectVersion.size), 0))
                                 .where(ObjectVersion.state.in_(DIRTY_VALUES), ObjectVersion.node_id == self.node_id)) or 0
-            parts = s.scalar(select(func.coalesce(func.sum(MultipartPart.size), 0))) or 0
+            parts = s.scalar(select(func.coalesce(func.sum(MultipartPart.size), 0)).where(
+                or_(MultipartPart.node_id == self.node_id, MultipartPart.node_id.is_(None)))) or 0
         return int(versions) + int(parts)
 
     def due(self, limit: int = 1000, now: float | None = None, node_id: str | None = None) -> list[int]:

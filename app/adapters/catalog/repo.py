@@ -9,15 +9,76 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Connection, Engine, and_, delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant
 from app.domain.objects import PartInfo, UploadInfo
 
 SECRET_CACHE_SECONDS = 5.0
+
+
+class UploadNotOpen(Exception):
+    """The upload is being completed (``state == 'completing'``), completed, or gone (None)."""
+
+    def __init__(self, state: str | None) -> None:
+        super().__init__(state or "gone")
+        self.state = state
+
+
+class ClaimLost(Exception):
+    """A Complete's claim expired and another Complete took the upload over."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedUpload:
+    """What a Complete answered, kept so a repeated Complete gets the same answer."""
+
+    bucket: str
+    key: str
+    etag: str
+    parts: list[tuple[int, str]]  # (part number, md5 hex) as listed by the winning Complete
+
+    def as_json(self) -> str:
+        return json.dumps({"bucket": self.bucket, "key": self.key, "etag": self.etag, "parts": self.parts})
+
+    @classmethod
+    def from_json(cls, raw: str) -> CompletedUpload:
+        d = json.loads(raw)
+        return cls(d["bucket"], d["key"], d["etag"], [(int(n), str(e)) for n, e in d["parts"]])
+
+
+@dataclass(frozen=True, slots=True)
+class UploadClaim:
+    """The claim a Complete holds; committing the object checks it (see ``finish_upload``)."""
+
+    upload_id: str
+    token: str
+    result: CompletedUpload
+
+
+ClaimOutcome = Literal["claimed", "completed", "busy", "gone"]
+
+
+def finish_upload(conn: Connection, claim: UploadClaim) -> list[str]:
+    """In the caller's transaction: turn a claimed upload into its kept result and drop its part
+    rows (their blobs are now the object's, or the caller deletes them). Raises ClaimLost when
+    the claim is no longer this Complete's, so that transaction rolls back."""
+    t = MultipartUpload.__table__
+    done = conn.execute(update(t).where(t.c.upload_id == claim.upload_id, t.c.state == "completing",
+                                        t.c.claim == claim.token)
+                        .values(state="completed", result_json=claim.result.as_json(), completed_at=utcnow(),
+                                claim=None, claim_until=None, claim_node=None))
+    if done.rowcount != 1:
+        raise ClaimLost(claim.upload_id)
+    p = MultipartPart.__table__
+    blobs = list(conn.scalars(select(p.c.blob).where(p.c.upload_id == claim.upload_id)))
+    conn.execute(delete(p).where(p.c.upload_id == claim.upload_id))
+    return blobs
 
 
 def utcnow() -> datetime:
@@ -30,8 +91,9 @@ def _aware(when: datetime) -> datetime:
 
 
 class Catalog:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, node_id: str | None = None) -> None:
         self.engine = engine
+        self.node_id = node_id  # recorded on uploads and parts: whose data directory holds them
         self.sessions = sessionmaker(engine, expire_on_commit=False)
         self._secrets: dict[str, tuple[float, str | None, int | None]] = {}
 
@@ -92,7 +154,8 @@ class Catalog:
         with self.sessions.begin() as s:
             s.add(MultipartUpload(upload_id=upload_id, bucket=bucket, key=key, tenant_id=tenant_id,
                                   initiated_at=now, headers_json=json.dumps(headers),
-                                  checksum_algorithm=checksum_algorithm, state="open"))
+                                  checksum_algorithm=checksum_algorithm, state="open",
+                                  node_id=self.node_id))
         return UploadInfo(upload_id, bucket, key, now, checksum_algorithm)
 
     def get_upload(self, upload_id: str) -> tuple[UploadInfo, dict[str, object]] | None:
@@ -106,20 +169,26 @@ class Catalog:
 
     def remote_upload(self, upload_id: str) -> str | None:
         with self.sessions() as s:
-            return s.scalar(select(MultipartUpload.remote_upload_id).where(MultipartUpload.upload_id == upload_id))
+            return s.scalar(select(MultipartUpload.remote_upload_id).where(
+                MultipartUpload.upload_id == upload_id, MultipartUpload.state != "completed"))
 
     def claim_remote_upload(self, upload_id: str, remote_upload_id: str) -> str | None:
         """Record the remote upload of this upload unless one is recorded already (several
         workers may race to create it); returns the one that counts (None: upload gone)."""
         with self.sessions.begin() as s:
             s.execute(update(MultipartUpload).where(MultipartUpload.upload_id == upload_id,
-                                                    MultipartUpload.remote_upload_id.is_(None))
+                                                    MultipartUpload.remote_upload_id.is_(None),
+                                                    MultipartUpload.state == "open")
                       .values(remote_upload_id=remote_upload_id))
             return s.scalar(select(MultipartUpload.remote_upload_id).where(MultipartUpload.upload_id == upload_id))
 
     def put_part(self, upload_id: str, part: PartInfo, blob: str) -> str | None:
-        """Record a part (replacing an earlier upload of the same number); returns the old blob."""
+        """Record a part (replacing an earlier upload of the same number); returns the old blob.
+
+        The no-op update locks the upload row, so a part commits either before a Complete's
+        claim (which then sees it) or not at all (UploadNotOpen)."""
         with self.sessions.begin() as s:
+            self._lock_open(s, upload_id)
             old = s.get(MultipartPart, (upload_id, part.part_number))
             old_blob = old.blob if old else None
             if old is not None:
@@ -127,8 +196,31 @@ class Catalog:
                 s.flush()
             s.add(MultipartPart(upload_id=upload_id, part_number=part.part_number, size=part.size,
                                 etag=part.etag, blob=blob, checksums_json=json.dumps(part.checksums),
-                                last_modified=part.last_modified))
+                                last_modified=part.last_modified, node_id=self.node_id))
             return old_blob
+
+    @staticmethod
+    def _lock_open(s: Session, upload_id: str) -> None:
+        """Lock the upload row if it is open, reopening it first if a dead Complete's claim has
+        run out (its claimer, if alive after all, then loses its commit: ClaimLost)."""
+        u = MultipartUpload
+        locked = s.execute(update(u).where(u.upload_id == upload_id, or_(
+            u.state == "open", and_(u.state == "completing", u.claim_until < time.time())))
+            .values(state="open", claim=None, claim_until=None, claim_node=None))
+        if locked.rowcount != 1:  # type: ignore[attr-defined]
+            raise UploadNotOpen(s.scalar(select(MultipartUpload.state)
+                                         .where(MultipartUpload.upload_id == upload_id)))
+
+    def upload_state(self, upload_id: str) -> str | None:
+        with self.sessions() as s:
+            return s.scalar(select(MultipartUpload.state).where(MultipartUpload.upload_id == upload_id))
+
+    def part_nodes(self, upload_id: str) -> dict[int, str | None]:
+        """The node whose data directory holds each part (None: recorded before node ids)."""
+        with self.sessions() as s:
+            rows = s.execute(select(MultipartPart.part_number, MultipartPart.node_id)
+                             .where(MultipartPart.upload_id == upload_id))
+            return {number: node for number, node in rows}
 
     def parts(self, upload_id: str, after: int = 0, limit: int | None = None
               ) -> list[tuple[PartInfo, str]]:
@@ -147,7 +239,7 @@ class Catalog:
     def list_uploads(self, bucket: str, prefix: str = "", key_marker: str | None = None,
                      limit: int = 1000) -> list[UploadInfo]:
         stmt = select(MultipartUpload).where(MultipartUpload.bucket == bucket,
-                                             MultipartUpload.state == "open")
+                                             MultipartUpload.state.in_(("open", "completing")))
         with self.sessions() as s:
             rows: Sequence[MultipartUpload] = s.scalars(stmt).all()
         out = [UploadInfo(r.upload_id, r.bucket, r.key, _aware(r.initiated_at), r.checksum_algorithm)
@@ -155,13 +247,81 @@ class Catalog:
         out.sort(key=lambda u: (u.key, u.initiated))
         return out[:limit]
 
-    def delete_upload(self, upload_id: str) -> list[str]:
-        """Remove an upload and its parts; returns their blobs for the caller to delete."""
+    def abort_upload(self, upload_id: str) -> tuple[list[str], str | None]:
+        """Remove an open upload and its parts (a CAS on ``open``: never one being completed);
+        returns their blobs and the remote upload for the caller to delete. Raises UploadNotOpen."""
         with self.sessions.begin() as s:
+            self._lock_open(s, upload_id)
+            remote_id = s.scalar(select(MultipartUpload.remote_upload_id)
+                                 .where(MultipartUpload.upload_id == upload_id))
             blobs = list(s.scalars(select(MultipartPart.blob).where(MultipartPart.upload_id == upload_id)))
             s.execute(delete(MultipartPart).where(MultipartPart.upload_id == upload_id))
             s.execute(delete(MultipartUpload).where(MultipartUpload.upload_id == upload_id))
-        return blobs
+        return blobs, remote_id
+
+    # ---- the Complete claim ------------------------------------------------------------------
+    def claim_complete(self, upload_id: str, bucket: str, key: str, token: str, lease_seconds: float
+                       ) -> tuple[ClaimOutcome, tuple[UploadInfo, dict[str, object]] | CompletedUpload | None]:
+        """CAS ``open -> completing`` (or take over a claim whose lease ran out): exactly one
+        Complete wins. The others learn the kept result, that it is still busy, or that it is gone
+        (also when the upload id belongs to another bucket or key)."""
+        now = time.time()
+        u = MultipartUpload
+        with self.sessions.begin() as s:
+            won = s.execute(update(u).where(u.upload_id == upload_id, u.bucket == bucket, u.key == key, or_(
+                u.state == "open", and_(u.state == "completing", u.claim_until < now)))
+                .values(state="completing", claim=token, claim_until=now + lease_seconds, claim_node=self.node_id))
+            row = s.get(u, upload_id)
+            if row is None or (row.bucket, row.key) != (bucket, key):
+                return "gone", None
+            if won.rowcount == 1:  # type: ignore[attr-defined]
+                info = UploadInfo(row.upload_id, row.bucket, row.key, _aware(row.initiated_at),
+                                  row.checksum_algorithm)
+                return "claimed", (info, json.loads(row.headers_json))
+            if row.state == "completed" and row.result_json:
+                return "completed", CompletedUpload.from_json(row.result_json)
+            return "busy", None
+
+    def release_claim(self, upload_id: str, token: str) -> None:
+        """A Complete that failed (bad part list, remote refusal) hands the upload back."""
+        with self.sessions.begin() as s:
+            s.execute(update(MultipartUpload).where(MultipartUpload.upload_id == upload_id,
+                                                    MultipartUpload.state == "completing",
+                                                    MultipartUpload.claim == token)
+                      .values(state="open", claim=None, claim_until=None, claim_node=None))
+
+    def release_claims_of_node(self) -> int:
+        """Crash recovery at start, before any process of this node serves: claims this node
+        holds belong to Completes that died with the previous run, so their uploads reopen."""
+        u = MultipartUpload
+        with self.sessions.begin() as s:
+            done = s.execute(update(u).where(u.state == "completing", u.claim_node == self.node_id)
+                             .values(state="open", claim=None, claim_until=None, claim_node=None))
+            return int(done.rowcount)  # type: ignore[attr-defined]
+
+    def finish_upload(self, claim: UploadClaim) -> list[str]:
+        """Write-through: the object is on the remote; keep the result, return the part blobs."""
+        with self.sessions.begin() as s:
+            return finish_upload(s.connection(), claim)
+
+    # ---- expiry ------------------------------------------------------------------------------
+    def _mine(self) -> object:
+        return or_(MultipartUpload.node_id == self.node_id, MultipartUpload.node_id.is_(None))
+
+    def expired_uploads(self, initiated_before: datetime) -> list[str]:
+        """Open uploads of this node started before the cutoff (abandoned: the expiry aborts them)."""
+        with self.sessions() as s:
+            return list(s.scalars(select(MultipartUpload.upload_id).where(
+                MultipartUpload.state == "open", MultipartUpload.initiated_at < initiated_before, self._mine())))
+
+    def forget_completed(self, completed_before: datetime) -> int:
+        """Drop kept Complete results older than the retention (a repeated Complete then gets
+        NoSuchUpload, as from S3 long after the fact)."""
+        with self.sessions.begin() as s:
+            gone = s.execute(delete(MultipartUpload).where(
+                MultipartUpload.state == "completed", MultipartUpload.completed_at < completed_before,
+                self._mine()))
+            return int(gone.rowcount)  # type: ignore[attr-defined]
 
     def session(self) -> Session:
         return self.sessions()

@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, case, func, select
+from sqlalchemy import Engine, case, func, or_, select
 
 from app.adapters.catalog.tables import CacheEntry, MultipartPart, ObjectVersion, StagingJob, Tenant
 from app.domain.states import DIRTY
@@ -32,7 +32,8 @@ class CatalogStats:
             .where(ObjectVersion.state.in_(_DIRTY_VALUES), ObjectVersion.node_id == node_id)
             .group_by(ObjectVersion.state)
         )
-        self._parts = select(func.coalesce(func.sum(MultipartPart.size), 0))
+        self._parts = select(func.coalesce(func.sum(MultipartPart.size), 0)).where(
+            or_(MultipartPart.node_id == node_id, MultipartPart.node_id.is_(None)))
         self._cache = (
             select(CacheEntry.tenant_id,
                    func.coalesce(func.sum(CacheEntry.cached_bytes), 0),

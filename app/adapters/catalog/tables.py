@@ -56,9 +56,15 @@ class AccessKey(Base):
 
 
 class MultipartUpload(Base):
-    """An upload in progress; parts live in the local blob store until Complete."""
+    """An upload in progress; parts live in the local blob store until Complete.
+
+    ``state`` is ``open``, then ``completing`` while one Complete holds the claim (``claim``,
+    until ``claim_until``, taken on ``claim_node``), then ``completed``: the row then keeps only the result
+    (``result_json``) so a repeated Complete gets the same answer, until the expiry sweep.
+    """
 
     __tablename__ = "multipart_uploads"
+    __table_args__ = (Index("ix_multipart_uploads_state_initiated", "state", "initiated_at"),)
 
     upload_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     bucket: Mapped[str] = mapped_column(String(63), index=True)
@@ -71,6 +77,12 @@ class MultipartUpload(Base):
     # The remote multipart upload that parts are copied to as they arrive (write-back), so the
     # remote holds most of the object by the time the client completes it.
     remote_upload_id: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    node_id: Mapped[str | None] = mapped_column(String(128), nullable=True)  # whose disk holds the parts
+    claim: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    claim_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    claim_node: Mapped[str | None] = mapped_column(String(128), nullable=True)  # the claimer's node
+    result_json: Mapped[str | None] = mapped_column(Text, nullable=True)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class MultipartPart(Base):
@@ -85,6 +97,7 @@ class MultipartPart(Base):
     blob: Mapped[str] = mapped_column(String(64))
     checksums_json: Mapped[str] = mapped_column(Text, default="{}")
     last_modified: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    node_id: Mapped[str | None] = mapped_column(String(128), nullable=True)  # whose disk holds the blob
 
 
 class ObjectVersion(Base):

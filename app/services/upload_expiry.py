@@ -1,0 +1,61 @@
+"""Expiry of abandoned multipart uploads (S3's AbortIncompleteMultipartUpload, node-wide).
+
+An upload never completed holds its parts on this node's disk and in the write buffer, and
+possibly a remote multipart upload started by eager part copies. After ``FERRY_MULTIPART_EXPIRY``
+seconds the sweep aborts it as a client's Abort would: the same CAS on ``open`` (an upload being
+completed is left alone), then its blobs and the remote upload go. Kept Complete results are
+forgotten after ``COMPLETED_RETENTION``. Only this node's uploads: their parts are on its disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from app.adapters.blobstore import BlobStore
+from app.adapters.catalog.repo import Catalog, UploadNotOpen
+from app.adapters.remote import RemoteStore
+
+log = logging.getLogger("ferry.uploads")
+
+COMPLETED_RETENTION = 24 * 3600.0  # how long a repeated Complete still gets the committed answer
+
+
+@dataclass(slots=True)
+class UploadExpiry:
+    catalog: Catalog
+    blobs: BlobStore
+    remote: RemoteStore
+    max_age: float
+    retention: float = COMPLETED_RETENTION
+    _next_run: float = field(default=0.0, init=False)
+
+    def sweep(self) -> int:
+        """Abort this node's uploads older than ``max_age``; returns how many were aborted.
+        Called on every journal sweep, it looks at the catalog at most every ``max_age / 4``
+        seconds (at most every minute): expiry needs no finer clock."""
+        if time.monotonic() < self._next_run:
+            return 0
+        self._next_run = time.monotonic() + min(60.0, self.max_age / 4)
+        now = datetime.now(UTC)
+        aborted = 0
+        for upload_id in self.catalog.expired_uploads(now - timedelta(seconds=self.max_age)):
+            found = self.catalog.get_upload(upload_id)
+            try:
+                blobs, remote_id = self.catalog.abort_upload(upload_id)
+            except UploadNotOpen:
+                continue  # completed or aborted meanwhile
+            for blob in blobs:
+                self.blobs.delete(blob)
+            if remote_id is not None and found is not None:
+                try:
+                    self.remote.abort_multipart(found[0].bucket, found[0].key, remote_id)
+                except Exception as exc:  # the remote's own lifecycle rules are the backstop
+                    log.warning("aborting remote upload %s of expired upload %s failed: %s",
+                                remote_id, upload_id, exc)
+            aborted += 1
+            log.info("expired multipart upload %s", upload_id)
+        self.catalog.forget_completed(now - timedelta(seconds=self.retention))
+        return aborted
