@@ -23,6 +23,7 @@ from app.adapters.catalog.staging import StagingRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
+from app.services.budget import DiskReserve, WriteBudget
 from app.services.destage import Destager
 from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
@@ -100,6 +101,10 @@ def make_executor(settings: Settings, journal: Journal, destager: Destager) -> E
                             sweep_interval=settings.sweep_interval)
 
 
+def disk_reserve(settings: Settings) -> DiskReserve:
+    return DiskReserve(settings.data_dir, settings.disk_reserve_bytes, settings.disk_reserve_ratio)
+
+
 def default_policy(settings: Settings) -> Policy:
     return Policy(mode=settings.default_mode, revalidate=settings.cache_revalidate,
                   ttl_seconds=settings.cache_ttl_seconds, serve_stale=settings.cache_serve_stale,
@@ -147,7 +152,10 @@ def build(settings: Settings) -> Container:
                       part_concurrency=settings.multipart_concurrency, journal=journal, executor=executor,
                       mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
                       cache=cache, policies=policies, inline_lookups=engine.dialect.name == "sqlite",
-                      eager_parts=settings.eager_part_copy, part_copies=part_copies)
+                      eager_parts=settings.eager_part_copy, part_copies=part_copies,
+                      budget=WriteBudget(settings.write_buffer_bytes, tenant_share=settings.tenant_buffer_share,
+                                         tenant_uploads=settings.tenant_max_uploads),
+                      disk=disk_reserve(settings))
     ensure_bootstrap_key(catalog, settings)
     staging = StagingRunner(StagingRepo(engine), remote, gateway, settings.node_id)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,

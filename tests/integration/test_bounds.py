@@ -1,0 +1,146 @@
+"""Resource bounds: slow bodies time out, one tenant cannot hold the whole write buffer, the
+journal's history is compacted, and a small disk answers SlowDown instead of failing."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
+
+from tests.support.gateway import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, GatewayProcess
+
+MiB = 1024 * 1024
+
+
+def _signed_head(gw: GatewayProcess, bucket: str, key: str, size: int) -> bytes:
+    """The request line and headers of a signed PUT declaring ``size`` bytes (body unsigned)."""
+    url = f"{gw.endpoint}/{bucket}/{key}"
+    req = AWSRequest("PUT", url, headers={"Content-Length": str(size), "x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+    SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
+    lines = [f"PUT /{bucket}/{key} HTTP/1.1", f"Host: {urllib.parse.urlsplit(url).netloc}"]
+    lines += [f"{k}: {v}" for k, v in req.headers.items() if k.lower() != "host"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _read_answer(sock: socket.socket, closing: bool = True) -> tuple[int, bytes, bool]:
+    """(status, body, closed): the answer, and whether the server closed the connection after it."""
+    sock.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError(f"connection closed without an answer: {data!r}")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in header_lines)}
+    length = int(headers.get("content-length", "0"))
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    if not closing:
+        return int(status_line.split()[1]), rest, False
+    sock.settimeout(5)
+    try:
+        closed = sock.recv(1) == b""
+    except TimeoutError:
+        closed = False
+    return int(status_line.split()[1]), rest, closed
+
+
+def _has_answer(sock: socket.socket, wait: float) -> bool:
+    sock.settimeout(wait)
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except TimeoutError:
+        return False
+
+
+def _second_tenant(gw: GatewayProcess) -> tuple[str, str]:
+    api = httpx.Client(base_url=gw.endpoint, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    name = f"other-{uuid.uuid4().hex[:8]}"
+    assert api.post("/admin/tenants", json={"name": name}).status_code == 201
+    created = api.post(f"/admin/tenants/{name}/keys").json()
+    return created["access_key"], created["secret_key"]
+
+
+def _tmp_files(gw: GatewayProcess) -> list[str]:
+    return sorted(p.name for p in (gw.data_dir / "tmp").iterdir())
+
+
+def test_slow_bodies_neither_starve_other_tenants_nor_stay_open(seaweed: Any, tmp_path: Path) -> None:
+    """The issue's attack at a small scale: 13 PUTs declaring 5 MiB each (65 MiB, more than the
+    60 MiB buffer) send one byte each and stall. The attacker's own PUTs past its share get
+    SlowDown at once, another tenant's small PUT succeeds, and every stalled body is answered
+    RequestTimeout and closed within the timeout, its reservation and staging file freed."""
+    timeout = 4.0
+    env = {"FERRY_WRITE_BUFFER_BYTES": str(60 * MiB), "FERRY_BODY_READ_TIMEOUT": str(timeout),
+           "FERRY_TENANT_BUFFER_SHARE": "0.25"}
+    with GatewayProcess(seaweed, tmp_path / "gw", env=env) as gw:
+        s3 = gw.client()
+        bucket = f"slow-{uuid.uuid4().hex[:8]}"
+        s3.create_bucket(Bucket=bucket)
+        other = gw.client(*_second_tenant(gw))
+
+        socks = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(13)]
+        try:
+            started = time.monotonic()
+            for i, sock in enumerate(socks):
+                sock.sendall(_signed_head(gw, bucket, f"slow/{i}", 5 * MiB) + b"x")
+            time.sleep(1)
+            refused = [s for s in socks if _has_answer(s, 0.05)]
+            stalled = [s for s in socks if s not in refused]
+            for sock in refused:
+                status, body, _ = _read_answer(sock, closing=False)
+                assert status == 503 and b"<Code>SlowDown</Code>" in body, body
+            # The attacker holds at most its share (15 MiB: three bodies of 5 MiB).
+            assert len(stalled) == 3, f"{len(stalled)} bodies admitted"
+
+            other.put_object(Bucket=bucket, Key="small", Body=b"k" * 1024)  # another tenant goes on
+            assert other.get_object(Bucket=bucket, Key="small")["Body"].read() == b"k" * 1024
+
+            for sock in stalled:
+                status, body, closed = _read_answer(sock)
+                assert status == 400 and b"<Code>RequestTimeout</Code>" in body, body
+                assert b"not read from or written to within the timeout period" in body
+                assert closed, "the connection of a timed-out body must be closed"
+            assert time.monotonic() - started < timeout + 4
+        finally:
+            for sock in socks:
+                sock.close()
+        # The reservations are free again: the attacker's tenant writes a full share.
+        s3.put_object(Bucket=bucket, Key="after", Body=b"a" * (10 * MiB))
+        assert _tmp_files(gw) == []
+
+
+def test_body_that_stops_mid_way_times_out(seaweed: Any, tmp_path: Path) -> None:
+    """A body that sends most of its bytes, then nothing: RequestTimeout, no staging file left,
+    and its reservation freed (a write of the whole buffer's size is accepted right after)."""
+    env = {"FERRY_WRITE_BUFFER_BYTES": str(8 * MiB), "FERRY_BODY_READ_TIMEOUT": "2",
+           "FERRY_TENANT_BUFFER_SHARE": "1"}
+    with GatewayProcess(seaweed, tmp_path / "gw", env=env) as gw:
+        s3 = gw.client()
+        bucket = f"stall-{uuid.uuid4().hex[:8]}"
+        s3.create_bucket(Bucket=bucket)
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+            sock.sendall(_signed_head(gw, bucket, "half", 8 * MiB) + b"h" * (5 * MiB))
+            started = time.monotonic()
+            status, body, closed = _read_answer(sock)
+            assert status == 400 and b"<Code>RequestTimeout</Code>" in body, body
+            assert closed and time.monotonic() - started < 8
+        assert _tmp_files(gw) == []
+        s3.put_object(Bucket=bucket, Key="full", Body=b"f" * (8 * MiB))
+        with pytest.raises(ClientError):
+            s3.get_object(Bucket=bucket, Key="half")
