@@ -98,7 +98,8 @@ def make_executor(settings: Settings, journal: Journal, destager: Destager) -> E
 
         return CeleryExecutor(send)
     return EmbeddedExecutor(destager, journal, workers=settings.destage_workers,
-                            sweep_interval=settings.sweep_interval)
+                            sweep_interval=settings.sweep_interval,
+                            retention_seconds=settings.journal_retention_seconds)
 
 
 def disk_reserve(settings: Settings) -> DiskReserve:

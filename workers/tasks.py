@@ -33,3 +33,10 @@ def sweep() -> int:
     for seq in due:
         destage.delay(seq)
     return len(due)
+
+
+@app.task(name="ferry.compact", ignore_result=True)
+def compact() -> int:
+    """Delete journal history past FERRY_JOURNAL_RETENTION_SECONDS (0 keeps it)."""
+    retention = get_settings().journal_retention_seconds
+    return container().journal.compact(retention) if retention else 0
