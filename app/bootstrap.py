@@ -132,7 +132,7 @@ def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies
     return ReadCache(CacheIndex(engine, settings.node_id), CacheStore(settings.data_dir), remote, policies,
                      block_size=settings.cache_block_bytes, fetch_concurrency=settings.cache_fetch_concurrency,
                      budget_bytes=settings.cache_bytes, dirty_bytes=journal.dirty_bytes,
-                     revalidate_interval=settings.cache_revalidate_interval)
+                     revalidate_interval=settings.cache_revalidate_interval, disk=disk_reserve(settings))
 
 
 def build(settings: Settings) -> Container:

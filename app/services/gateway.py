@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import functools
 import hashlib
 import logging
@@ -488,12 +489,15 @@ class Gateway:
             if missing:
                 raise S3Error("InvalidRequest", f"Checksum algorithm {sorted(missing)[0]} was not computed")
             verify_expected(digests, expected.content_md5, checksums)
-        except BaseException:
+        except BaseException as exc:
             if pending is not None:
                 pending.cancel()
                 with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
                     await pending  # the original error is the one to report
             await self._run(self.blobs.discard, staging)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # A body larger than announced, or a disk filled by something else: retryable.
+                raise slow_down("The data directory's disk is full; retry later.") from exc
             raise
         computed = digests.checksums()
         return ReceivedBody(staging, digests, {alg: computed[alg] for alg in checksums} or {

@@ -3,7 +3,10 @@ journal's history is compacted, and a small disk answers SlowDown instead of fai
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
 import urllib.parse
 import uuid
@@ -237,3 +240,99 @@ def test_sweeper_compacts_history_through_the_gateway(seaweed: Any, tmp_path: Pa
         assert listed == ["dirty", "k", "other"]
         gw.flush(bucket)
         assert s3.get_object(Bucket=bucket, Key="dirty")["Body"].read() == b"d"
+
+
+# ------------------------------------------------------------------------ a small real disk
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs: a filesystem that really fills up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path = tmp_path / "disk"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _fill(path: Path, leave: int) -> None:
+    """A ballast file that leaves ``leave`` bytes free on ``path``'s filesystem."""
+    st = os.statvfs(path)
+    size = st.f_bavail * st.f_frsize - leave
+    with open(path / "ballast", "ab") as f:
+        f.write(b"\0" * max(0, size))
+
+
+def test_a_full_disk_answers_slowdown_and_loses_nothing(seaweed: Any, small_disk: Path) -> None:
+    """Write-back PUTs during an outage fill a 64 MiB disk: past the reserve they get 503
+    SlowDown with Retry-After (never a 500), every acknowledged one reaches the remote once it
+    returns; then, with the disk nearly full, cold reads answer 200 with the right bytes."""
+    env = {"FERRY_DISK_RESERVE_BYTES": str(8 * MiB), "FERRY_DISK_RESERVE_RATIO": "0",
+           "FERRY_CACHE_BLOCK_BYTES": str(MiB)}
+    with GatewayProcess(seaweed, small_disk / "gw", env=env) as gw:
+        s3 = gw.client()
+        bucket = f"disk-{uuid.uuid4().hex[:8]}"
+        s3.create_bucket(Bucket=bucket)
+        s3.put_object(Bucket=bucket, Key="confirm", Body=b"c")
+        acknowledged: dict[str, bytes] = {}
+        refused: list[dict[str, Any]] = []
+        seaweed.pause()
+        try:
+            for i in range(40):
+                body = os.urandom(3 * MiB)
+                try:
+                    s3.put_object(Bucket=bucket, Key=f"w/{i}", Body=body)
+                    acknowledged[f"w/{i}"] = body
+                except ClientError as err:
+                    refused.append(err.response)
+        finally:
+            seaweed.resume()
+        assert refused, "the disk never filled"
+        for response in refused:
+            assert response["Error"]["Code"] == "SlowDown", response
+            assert response["ResponseMetadata"]["HTTPStatusCode"] == 503
+            assert response["ResponseMetadata"]["HTTPHeaders"].get("retry-after")
+        assert len(acknowledged) >= 8
+        gw.flush(bucket)
+        remote = seaweed.client()
+        for key, body in acknowledged.items():
+            assert remote.get_object(Bucket=bucket, Key=key)["Body"].read() == body
+
+        cold = {f"cold/{i}": os.urandom(3 * MiB) for i in range(3)}
+        for key, body in cold.items():
+            remote.put_object(Bucket=bucket, Key=key, Body=body)
+        _fill(small_disk, MiB)
+        for key, body in cold.items():
+            assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body
+            assert s3.get_object(Bucket=bucket, Key=key, Range="bytes=5-99")["Body"].read() == body[5:100]
+        assert gw.proc is not None and gw.proc.poll() is None
+        (small_disk / "ballast").unlink()
+
+
+def test_metrics_files_never_sigbus_on_a_full_disk(small_disk: Path) -> None:
+    """prometheus_client grows its multiprocess files sparsely; on a full disk a new sample then
+    hits an unbacked page (SIGBUS). The files are allocated first: at worst an OSError."""
+    metrics_dir = small_disk / "metrics"
+    metrics_dir.mkdir()
+    script = ("import sys\n"
+              "import app.metrics as m\n"
+              "m.cache_outcome('hit', 'first', 1)\n"
+              "print('ready', flush=True)\n"
+              "sys.stdin.readline()\n"
+              "try:\n"
+              "    for i in range(20000):\n"
+              "        m.cache_outcome('hit', f'bucket-{i:05d}-' + 'x' * 40, 1)\n"
+              "except OSError as exc:\n"
+              "    print('refused', exc.errno)\n")
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(metrics_dir))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    _fill(small_disk, 0)  # the disk fills while the process runs, as it would under a worker
+    out, err = proc.communicate("go\n", timeout=120)
+    assert proc.returncode == 0, (proc.returncode, err[-2000:])
+    assert "refused 28" in out  # the library grew its file; the space was asked for first
