@@ -78,6 +78,7 @@ class Settings(BaseSettings):
     # connections close after timeout_keep_alive; past limit_concurrency uvicorn answers 503.
     body_read_timeout: float = Field(20.0, gt=0)
     http_keep_alive_timeout: float = Field(75.0, gt=0)
+    http_header_timeout: float = Field(30.0, ge=0, description="0 = unbounded.")
     http_limit_concurrency: int = Field(2048, ge=0, description="Per worker process; 0 = unbounded.")
     # Durable and superseded journal rows older than this are deleted by the sweeper.
     journal_retention_seconds: float = Field(7 * 24 * 3600.0, ge=0)

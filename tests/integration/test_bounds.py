@@ -336,3 +336,31 @@ def test_metrics_files_never_sigbus_on_a_full_disk(small_disk: Path) -> None:
     out, err = proc.communicate("go\n", timeout=120)
     assert proc.returncode == 0, (proc.returncode, err[-2000:])
     assert "refused 28" in out  # the library grew its file; the space was asked for first
+
+
+def test_headers_that_never_finish_are_cut_off(seaweed: Any, tmp_path: Path) -> None:
+    """Slowloris: a request line and a header byte now and then. The connection is closed once
+    the headers took longer than FERRY_HTTP_HEADER_TIMEOUT, and the server keeps answering."""
+    with GatewayProcess(seaweed, tmp_path / "gw", env={"FERRY_HTTP_HEADER_TIMEOUT": "2"}) as gw:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as idle, \
+                socket.create_connection(("127.0.0.1", gw.port), timeout=10) as slow:
+            slow.sendall(b"PUT /bucket/key HTTP/1.1\r\nHost: x\r\n")
+            started = time.monotonic()
+            closed = False
+            while time.monotonic() - started < 8 and not closed:
+                try:
+                    slow.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    closed = True
+                    break
+                slow.settimeout(0.5)
+                try:
+                    closed = slow.recv(1024) == b""
+                except TimeoutError:
+                    pass
+                except OSError:
+                    closed = True
+            assert closed and time.monotonic() - started < 5, "the slow headers' connection is still open"
+            idle.settimeout(5)
+            assert idle.recv(1) == b"", "a connection that never sent a request is still open"
+        assert gw.client().list_buckets()["ResponseMetadata"]["HTTPStatusCode"] == 200
