@@ -2,8 +2,8 @@
 
 A body's declared size is reserved before any of its bytes are read and released when the
 request ends (stored, refused or timed out). One tenant's reservations are capped (a share of
-the buffer and a number of bodies in flight), so a tenant that opens many slow uploads gets
-``SlowDown`` while the others go on. Counts are per process, like the reservations themselves.
+the buffer beyond its first body, and a number of bodies in flight), so a tenant that opens many
+slow uploads gets ``SlowDown`` while the others go on. Counts are per process, like the reservations themselves.
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ class WriteBudget:
         """Reserve ``want`` bytes for ``tenant`` or raise SlowDown (nothing reserved)."""
         if dirty + self.reserved + want > self.buffer_bytes:
             raise slow_down("The write buffer is full; retry later.")
-        if self._bytes[tenant] + want > self.buffer_bytes * self.tenant_share:
+        # A tenant's first body is never refused for its share: one upload that fits the buffer
+        # always goes through (retrying it must eventually succeed).
+        if self._bodies[tenant] and self._bytes[tenant] + want > self.buffer_bytes * self.tenant_share:
             raise slow_down("Too many bytes of this account's uploads are in flight; retry later.")
         if self.tenant_uploads and self._bodies[tenant] >= self.tenant_uploads:
             raise slow_down("Too many uploads of this account are in flight; retry later.")
