@@ -313,6 +313,32 @@ def test_a_full_disk_answers_slowdown_and_loses_nothing(seaweed: Any, small_disk
         (small_disk / "ballast").unlink()
 
 
+def test_cold_reads_on_a_nearly_full_disk(seaweed: Any, small_disk: Path) -> None:
+    """Misses with no room for their blocks are read through (200, right bytes), and a block
+    already cached is still served."""
+    env = {"FERRY_DISK_RESERVE_BYTES": str(8 * MiB), "FERRY_DISK_RESERVE_RATIO": "0",
+           "FERRY_CACHE_BLOCK_BYTES": str(MiB)}
+    with GatewayProcess(seaweed, small_disk / "gw", env=env) as gw:
+        s3 = gw.client()
+        bucket = f"cold-{uuid.uuid4().hex[:8]}"
+        s3.create_bucket(Bucket=bucket)
+        remote = seaweed.client()
+        warm = os.urandom(MiB // 2)
+        remote.put_object(Bucket=bucket, Key="warm", Body=warm)
+        assert s3.get_object(Bucket=bucket, Key="warm")["Body"].read() == warm  # cached now
+        cold = {f"cold/{i}": os.urandom(3 * MiB) for i in range(3)}
+        for key, body in cold.items():
+            remote.put_object(Bucket=bucket, Key=key, Body=body)
+        _fill(small_disk, MiB)
+        for _ in range(2):
+            for key, body in cold.items():
+                assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body
+                assert s3.get_object(Bucket=bucket, Key=key, Range="bytes=5-99")["Body"].read() == body[5:100]
+        assert s3.get_object(Bucket=bucket, Key="warm")["Body"].read() == warm
+        assert gw.proc is not None and gw.proc.poll() is None
+        (small_disk / "ballast").unlink()
+
+
 def test_metrics_files_never_sigbus_on_a_full_disk(small_disk: Path) -> None:
     """prometheus_client grows its multiprocess files sparsely; on a full disk a new sample then
     hits an unbacked page (SIGBUS). The files are allocated first: at worst an OSError."""
