@@ -150,7 +150,6 @@ class RequestBody:
             raise S3Error("XAmzContentSHA256Mismatch", ClientComputedContentSHA256=self.payload_sha256 or "",
                           S3ComputedContentSHA256=hasher.hexdigest())
 
-
     async def _next_message(self) -> dict[str, Any]:
         """The next piece of the body, or RequestTimeout when the client sends nothing for
         ``body_timeout`` seconds: a stalled upload must not hold its reservation, its staging file
