@@ -24,6 +24,7 @@ from app.adapters.catalog.staging import StagingRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
+from app.services.budget import DiskReserve, WriteBudget
 from app.services.destage import Destager
 from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
@@ -101,7 +102,12 @@ def make_executor(settings: Settings, journal: Journal, destager: Destager) -> E
 
         return CeleryExecutor(send)
     return EmbeddedExecutor(destager, journal, workers=settings.destage_workers,
-                            sweep_interval=settings.sweep_interval)
+                            sweep_interval=settings.sweep_interval,
+                            retention_seconds=settings.journal_retention_seconds)
+
+
+def disk_reserve(settings: Settings) -> DiskReserve:
+    return DiskReserve(settings.data_dir, settings.disk_reserve_bytes, settings.disk_reserve_ratio)
 
 
 def default_policy(settings: Settings) -> Policy:
@@ -130,7 +136,7 @@ def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies
     return ReadCache(CacheIndex(engine, settings.node_id), CacheStore(settings.data_dir), remote, policies,
                      block_size=settings.cache_block_bytes, fetch_concurrency=settings.cache_fetch_concurrency,
                      budget_bytes=settings.cache_bytes, dirty_bytes=journal.dirty_bytes,
-                     revalidate_interval=settings.cache_revalidate_interval)
+                     revalidate_interval=settings.cache_revalidate_interval, disk=disk_reserve(settings))
 
 
 def make_tenancy(settings: Settings, engine: Engine) -> Tenancy:
@@ -158,7 +164,10 @@ def build(settings: Settings) -> Container:
                       mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
                       cache=cache, policies=policies, inline_lookups=engine.dialect.name == "sqlite",
                       eager_parts=settings.eager_part_copy, part_copies=part_copies,
-                      tenancy=make_tenancy(settings, engine))
+                      tenancy=make_tenancy(settings, engine),
+                      budget=WriteBudget(settings.write_buffer_bytes, tenant_share=settings.tenant_buffer_share,
+                                         tenant_uploads=settings.tenant_max_uploads),
+                      disk=disk_reserve(settings))
     ensure_bootstrap_key(catalog, settings)
     staging = StagingRunner(StagingRepo(engine), remote, gateway, settings.node_id)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)

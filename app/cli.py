@@ -120,7 +120,8 @@ def serve(
         log_level=settings.log_level,
         log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
         access_log=False,
-        timeout_keep_alive=75,
+        timeout_keep_alive=int(settings.http_keep_alive_timeout),  # idle connections between requests
+        limit_concurrency=settings.http_limit_concurrency or None,  # connections + tasks, then 503
         # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
         # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
         timeout_graceful_shutdown=5,

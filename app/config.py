@@ -75,6 +75,21 @@ class Settings(BaseSettings):
     multipart_expiry: float = Field(7 * 86400.0, gt=0,
                                     description="Seconds after which an upload never completed is aborted.")
     write_buffer_bytes: int = Field(64 * 1024**3, ge=1)
+    # One tenant's bodies in flight (per process): a share of the write buffer, a number of uploads.
+    tenant_buffer_share: float = Field(0.25, gt=0, le=1)
+    tenant_max_uploads: int = Field(64, ge=0, description="0 = unbounded.")
+    # The data dir's disk keeps this much free (the larger of the two): writes get SlowDown and
+    # the read cache stops filling before it is reached.
+    disk_reserve_bytes: int = Field(1024**3, ge=0)
+    disk_reserve_ratio: float = Field(0.05, ge=0, lt=1)
+    # Connections: no body bytes for this long ends the request (RequestTimeout); idle keep-alive
+    # connections close after timeout_keep_alive; past limit_concurrency uvicorn answers 503.
+    body_read_timeout: float = Field(20.0, gt=0)
+    http_keep_alive_timeout: float = Field(75.0, gt=0)
+    http_header_timeout: float = Field(30.0, ge=0, description="0 = unbounded.")
+    http_limit_concurrency: int = Field(2048, ge=0, description="Per worker process; 0 = unbounded.")
+    # Durable and superseded journal rows older than this are deleted by the sweeper.
+    journal_retention_seconds: float = Field(7 * 24 * 3600.0, ge=0)
     cache_bytes: int = Field(256 * 1024**3, ge=0, description="Budget of the data directory: cached + dirty bytes.")
     cache_block_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=1024**3)
     cache_fetch_concurrency: int = Field(16, ge=1, le=256)

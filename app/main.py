@@ -79,7 +79,8 @@ class FerryApp:
     def __init__(self, container: Container) -> None:
         self.container = container
         self.s3 = S3App(container.gateway, container.catalog, domain=container.settings.domain,
-                        max_skew_seconds=container.settings.max_clock_skew_seconds)
+                        max_skew_seconds=container.settings.max_clock_skew_seconds,
+                        body_timeout=container.settings.body_read_timeout)
         self.control = control_app(container)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -20,10 +20,39 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest, mmap_dict, values
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+
+class _AllocatedMmapedDict(mmap_dict.MmapedDict):  # type: ignore[misc]
+    """prometheus_client's sample file (multiprocess mode), with its disk blocks allocated before
+    the mmap writes to them. The library grows a sparse file with ``truncate``; a write through
+    the mmap into a hole that a full disk cannot back kills the worker with SIGBUS. Allocating
+    with ``posix_fallocate`` first turns that into an OSError (ENOSPC) at worst."""
+
+    def __init__(self, filename: str, read_mode: bool = False) -> None:
+        if not read_mode:
+            fd = os.open(filename, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, mmap_dict._INITIAL_MMAP_SIZE))
+            finally:
+                os.close(fd)
+        super().__init__(filename, read_mode)
+
+    def _init_value(self, key: str) -> None:
+        encoded = len(key.encode("utf-8"))
+        needed = self._used + 4 + encoded + (8 - (encoded + 4) % 8) + 16  # the library's record size
+        capacity = self._capacity
+        while needed > capacity:
+            capacity *= 2
+        if capacity != self._capacity:
+            os.posix_fallocate(self._f.fileno(), 0, capacity)
+        super()._init_value(key)
+
+
+values.MmapedDict = _AllocatedMmapedDict  # where MultiProcessValue opens its files
 
 CACHE_REQUESTS = Counter("ferry_cache_requests_total", "Object reads by cache outcome",
                          ["bucket", "tenant", "outcome"])

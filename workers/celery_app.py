@@ -10,6 +10,7 @@ from __future__ import annotations
 from celery import Celery
 
 from app.config import get_settings
+from app.services.executor import compaction_interval
 
 
 def node_queue(node_id: str) -> str:
@@ -30,6 +31,9 @@ def make_celery() -> Celery:
         broker_connection_retry_on_startup=True,
         beat_schedule={
             "ferry-sweep": {"task": "ferry.sweep", "schedule": settings.sweep_interval},
+            "ferry-compact": {"task": "ferry.compact",
+                              "schedule": compaction_interval(settings.journal_retention_seconds,
+                                                              settings.sweep_interval)},
         },
     )
     return app

@@ -35,3 +35,10 @@ def sweep() -> int:
     if c.upload_expiry is not None:  # abandoned multipart uploads of this node
         c.upload_expiry.sweep()
     return len(due)
+
+
+@app.task(name="ferry.compact", ignore_result=True)
+def compact() -> int:
+    """Delete journal history past FERRY_JOURNAL_RETENTION_SECONDS (0 keeps it)."""
+    retention = get_settings().journal_retention_seconds
+    return container().journal.compact(retention) if retention else 0

@@ -26,6 +26,7 @@ from app.s3.response import Response
 from app.s3.router import Route, resolve
 from app.s3.sigv2 import SigV2Verifier, access_key_v2, is_sigv2
 from app.s3.sigv4 import RequestParts, SigV4Verifier
+from app.services.budget import CURRENT_TENANT
 from app.services.gateway import Gateway
 
 log = logging.getLogger("ferry.s3")
@@ -63,8 +64,9 @@ def access_key_of(headers: dict[str, str], query_string: bytes) -> str | None:
 
 class S3App:
     def __init__(self, gateway: Gateway, catalog: Catalog, *, domain: str | None = None,
-                 max_skew_seconds: int = 900) -> None:
+                 max_skew_seconds: int = 900, body_timeout: float | None = None) -> None:
         self.gateway = gateway
+        self.body_timeout = body_timeout
         self.catalog = catalog
         self.domain = domain.lower() if domain else None
         self.verifier = SigV4Verifier(lambda ak: catalog.lookup_key(ak)[0], max_skew_seconds=max_skew_seconds)
@@ -122,7 +124,8 @@ class S3App:
         bucket, key = split_target(raw_path, headers.get("host", ""), self.domain)
         query = parse_query(scope.get("query_string", b""))
         return S3Request(scope["method"], bucket, key, query, headers, raw_path, receive,  # type: ignore[arg-type]
-                         request_id=request_id, zero_copy=ZEROCOPY in (scope.get("extensions") or {}))
+                         request_id=request_id, zero_copy=ZEROCOPY in (scope.get("extensions") or {}),
+                         body_timeout=self.body_timeout)
 
     async def _authenticate(self, req: S3Request, scope: Scope) -> None:
         query_string = scope.get("query_string", b"")
@@ -141,6 +144,7 @@ class S3App:
             self.catalog.lookup_key, access_key)
         req.auth = self.verifier_v2.verify(parts, self._virtual_prefix(req)) if v2 else self.verifier.verify(parts)
         req.tenant_id = tenant
+        CURRENT_TENANT.set(tenant)  # the write budget's per-tenant share (this request's context)
 
     def _virtual_prefix(self, req: S3Request) -> str:
         """``/bucket`` for a virtual-hosted request: SigV2 signs the bucket in the resource path."""

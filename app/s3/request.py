@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote_plus, unquote_to_bytes
 
+import anyio
+
 from app.domain.errors import S3Error
 from app.s3.chunked import AwsChunkedDecoder, ChunkSigningContext, is_streaming
 from app.s3.sigv4 import AuthResult
@@ -67,6 +69,7 @@ class S3Request:
     tenant_id: int | None = None
     request_id: str = ""
     zero_copy: bool = False  # the server sends file ranges itself (ASGI zerocopysend offered)
+    body_timeout: float | None = None  # longest wait for the next body bytes (RequestTimeout)
     _body: RequestBody | None = field(default=None, repr=False)
 
     def header(self, name: str, default: str | None = None) -> str | None:
@@ -120,7 +123,7 @@ class RequestBody:
         received = 0
         hasher = hashlib.sha256() if self.payload_sha256 else None
         while True:
-            message = await self.request.receive()
+            message = await self._next_message()
             if message["type"] == "http.disconnect":
                 raise ClientDisconnected()
             chunk: bytes = message.get("body", b"")
@@ -146,6 +149,17 @@ class RequestBody:
         elif hasher is not None and hasher.hexdigest() != self.payload_sha256:
             raise S3Error("XAmzContentSHA256Mismatch", ClientComputedContentSHA256=self.payload_sha256 or "",
                           S3ComputedContentSHA256=hasher.hexdigest())
+
+    async def _next_message(self) -> dict[str, Any]:
+        """The next piece of the body, or RequestTimeout when the client sends nothing for
+        ``body_timeout`` seconds: a stalled upload must not hold its reservation, its staging file
+        and its connection for ever. The answer closes the connection (its body was not read)."""
+        timeout = self.request.body_timeout
+        if timeout is None:
+            return await self.request.receive()
+        with anyio.move_on_after(timeout):
+            return await self.request.receive()
+        raise S3Error("RequestTimeout", headers={"Connection": "close"})
 
 
 def _int_header(value: str | None) -> int | None:

@@ -24,8 +24,10 @@ import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 from uvicorn.protocols.utils import is_ssl
+
+from app.server.headers import HeaderTimeoutProtocol
 
 EXTENSION = "http.response.zerocopysend"
 MAX_SENDFILE = 16 * 1024 * 1024  # per syscall; the socket's free space bounds it well below this anyway
@@ -37,7 +39,7 @@ log = logging.getLogger("ferry.zerocopy")
 Send = Callable[[Any], Awaitable[None]]
 
 
-class ZeroCopyHttpToolsProtocol(HttpToolsProtocol):
+class ZeroCopyHttpToolsProtocol(HeaderTimeoutProtocol):
     """HttpToolsProtocol whose request cycles also accept ``http.response.zerocopysend``."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

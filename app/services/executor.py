@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -21,6 +22,12 @@ from app.services.destage import Destager
 log = logging.getLogger("ferry.executor")
 
 
+def compaction_interval(retention_seconds: float, sweep_interval: float) -> float:
+    """How often history is compacted: a tenth of the retention, between one sweep and an hour
+    (the query scans the journal's history; its rows age by the hour, not by the second)."""
+    return max(sweep_interval, min(retention_seconds / 10, 3600.0))
+
+
 class Executor(Protocol):
     def submit(self, seq: int) -> None: ...
 
@@ -29,9 +36,11 @@ class EmbeddedExecutor:
     """An asyncio queue drained by worker coroutines that run ``Destager.destage`` in threads."""
 
     def __init__(self, destager: Destager, journal: Journal, *, workers: int = 4,
-                 sweep_interval: float = 2.0) -> None:
+                 sweep_interval: float = 2.0, retention_seconds: float = 0.0) -> None:
         self.destager = destager
         self.journal = journal
+        self.retention_seconds = retention_seconds  # 0: history is kept
+        self._compact_at = 0.0
         self.workers = workers
         self.sweep_interval = sweep_interval
         self.limiter = anyio.CapacityLimiter(workers)
@@ -92,7 +101,18 @@ class EmbeddedExecutor:
                 await anyio.to_thread.run_sync(chore)
             except Exception:  # one failing chore must not stop the destage sweep
                 log.exception("sweeper chore %s failed", chore)
+        await self._compact()
         return len(due)
+
+    async def _compact(self) -> None:
+        """Drop history past the retention, at most every ``compaction_interval``."""
+        now = time.monotonic()
+        if not self.retention_seconds or now < self._compact_at:
+            return
+        self._compact_at = now + compaction_interval(self.retention_seconds, self.sweep_interval)
+        removed = await anyio.to_thread.run_sync(self.journal.compact, self.retention_seconds)
+        if removed:
+            log.info("journal compaction removed %d rows past the retention", removed)
 
 
 class CeleryExecutor:

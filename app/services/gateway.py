@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import functools
 import hashlib
 import logging
@@ -48,6 +49,8 @@ from app.domain.objects import (
 )
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
+from app.services.budget import CURRENT_TENANT, DiskReserve, Reservation, WriteBudget, slow_down
+from app.services.budget import NONE as NO_RESERVATION
 from app.services.destage import Destager, UploadSpec, upload
 from app.services.executor import Executor
 from app.services.partcopies import PartCopies
@@ -148,7 +151,8 @@ class Gateway:
                  buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None,
                  cache: ReadCache | None = None, policies: PolicyBook | None = None,
                  inline_lookups: bool = False, eager_parts: bool = True,
-                 part_copies: PartCopies | None = None, tenancy: Tenancy | None = None) -> None:
+                 part_copies: PartCopies | None = None, tenancy: Tenancy | None = None,
+                 budget: WriteBudget | None = None, disk: DiskReserve | None = None) -> None:
         self.catalog = catalog
         self.tenancy = tenancy  # bucket ownership; None: every tenant reaches every bucket
         self.blobs = blobs
@@ -170,7 +174,8 @@ class Gateway:
         self.part_copies = part_copies or PartCopies()
         self._ahead: set[asyncio.Future[None]] = set()
         self._ahead_limiter = anyio.CapacityLimiter(part_concurrency)
-        self._reserved = 0  # bytes of bodies being received by this process
+        self.budget = budget or WriteBudget(buffer_bytes)  # bodies being received by this process
+        self.disk = disk  # the data directory's free space, when budgeted against it
         self._dirty_cached = 0  # the journal's dirty bytes as last read (see _dirty_bytes)
         self._dirty_read_at = -1.0
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
@@ -216,22 +221,24 @@ class Gateway:
         assert self.executor is not None
         self.executor.submit(row.seq)
 
-    async def _reserve(self, size: int | None, write_back: bool = True) -> int:
-        """Backpressure: refuse a write the buffer cannot hold, before reading its bytes."""
-        if not write_back or self.journal is None:
-            return 0
-        assert self.journal is not None
+    async def _reserve(self, size: int | None, write_back: bool = True) -> Reservation:
+        """Backpressure: refuse a write the disk, the buffer or the tenant's share of it cannot
+        hold, before reading its bytes. Release the answer with ``_release`` when the body ends."""
         want = size or 0
+        if self.disk is not None and self.disk.spare() < self.budget.reserved + want:
+            raise slow_down("The data directory's disk is nearly full; retry later.")
+        if not write_back or self.journal is None:
+            return NO_RESERVATION
         dirty = await self._dirty_bytes()
-        if dirty + self._reserved + want > self.buffer_bytes:
-            raise S3Error("SlowDown", "The write buffer is full; retry later.", headers={"Retry-After": "5"})
-        self._reserved += want
-        return want
+        return self.budget.admit(want, dirty, CURRENT_TENANT.get())
+
+    def _release(self, reservation: Reservation) -> None:
+        self.budget.release(reservation)
 
     async def _dirty_bytes(self) -> int:
         """The buffer's fill, re-read at most every 0.2 s: an aggregate over the journal costs
         more than a small write itself, and this process's own bodies in flight are counted
-        exactly in ``_reserved``."""
+        exactly in ``budget.reserved``."""
         now = time.monotonic()
         if now - self._dirty_read_at > 0.2:
             assert self.journal is not None
@@ -531,12 +538,15 @@ class Gateway:
             if missing:
                 raise S3Error("InvalidRequest", f"Checksum algorithm {sorted(missing)[0]} was not computed")
             verify_expected(digests, expected.content_md5, checksums)
-        except BaseException:
+        except BaseException as exc:
             if pending is not None:
                 pending.cancel()
                 with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
                     await pending  # the original error is the one to report
             await self._run(self.blobs.discard, staging)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # A body larger than announced, or a disk filled by something else: retryable.
+                raise slow_down("The data directory's disk is full; retry later.") from exc
             raise
         computed = digests.checksums()
         return ReceivedBody(staging, digests, {alg: computed[alg] for alg in checksums} or {
@@ -552,7 +562,7 @@ class Gateway:
             try:
                 received = await self.receive(body, expected, MAX_PUT_SIZE)
             finally:
-                self._reserved -= reserved
+                self._release(reserved)
             try:
                 validate_object_size(key, received.staging.size)
             except S3Error:
@@ -632,12 +642,12 @@ class Gateway:
         A server-side copy on the remote could land before an older buffered write of the same
         key is destaged, which would then overwrite it; so the copy is staged locally instead.
         """
-        await self._reserve(source.size)
+        reserved = await self._reserve(source.size)
         try:
             read = await self.get_object(src_bucket, src_key, None, lambda size: None)
             received = await self.receive(StreamBody(read.stream), ExpectedDigests(declared_size=source.size), MAX_PUT_SIZE)
         finally:
-            self._reserved -= source.size
+            self._release(reserved)
         if "-" not in source.etag and received.digests.md5_hex() != source.etag:
             await self._run(self.blobs.discard, received.staging)
             raise S3Error("InternalError", "the copy source changed while it was read")
@@ -719,7 +729,7 @@ class Gateway:
         try:
             received = await self.receive(body, expected, MAX_PUT_SIZE)
         finally:
-            self._reserved -= reserved
+            self._release(reserved)
         return await self._store_part(upload_id, number, received, bucket, key)
 
     async def _store_part(self, upload_id: str, number: int, received: ReceivedBody, bucket: str,

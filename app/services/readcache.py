@@ -40,6 +40,7 @@ from app.domain.objects import FileRange, FileSegment, ObjectMeta
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
+from app.services.budget import DiskReserve
 from app.services.policies import PolicyBook
 from app.services.recording import PendingEntry, Recording, row_id
 
@@ -100,8 +101,9 @@ class ReadCache:
     def __init__(self, index: CacheIndex, store: CacheStore, remote: RemoteStore, policies: PolicyBook, *,
                  block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
                  dirty_bytes: Callable[[], int] | None = None, revalidate_interval: float = 60.0,
-                 limiter: anyio.CapacityLimiter | None = None) -> None:
+                 limiter: anyio.CapacityLimiter | None = None, disk: DiskReserve | None = None) -> None:
         self.index = index
+        self.disk = disk  # the data dir's free space: fills stop before its reserve
         self.store = store
         self.remote = remote
         self.policies = policies
@@ -177,7 +179,8 @@ class ReadCache:
         the stream may yield ``FileRange`` items (for a server that sends files itself)."""
         entry, outcome = await self.current(bucket, key, policy, known)
         if entry is None:
-            if policy.admission == "second-hit" and not await self._run(self.index.mark_seen, bucket, key, tenant_id):
+            if self.disk_low() or (policy.admission == "second-hit"
+                                   and not await self._run(self.index.mark_seen, bucket, key, tenant_id)):
                 _outcome("miss", bucket, tenant_id)
                 return None
             entry = await self.discover(bucket, key, _first_byte(range_header), policy, tenant_id,
@@ -188,14 +191,26 @@ class ReadCache:
             outcome = "miss"
         else:
             self._touch(entry)
-        _outcome(outcome, bucket, tenant_id)
         rng = byte_range(entry.size) if range_header else None
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
         files = self._segments(entry, first, last) if outcome != "miss" else None
+        if files is None and outcome != "miss" and self.disk_low():
+            _outcome("miss", bucket, tenant_id)  # blocks to fetch, no room for them: read through
+            return None
+        _outcome(outcome, bucket, tenant_id)
         if files is not None:
             metrics.served_bytes(outcome, bucket, max(0, last - first + 1))
         stream = self._stream(entry, first, last, outcome, record=files is None, file_ranges=file_ranges)
         return CachedRead(entry.meta, rng, stream, lambda: None, outcome, files)
+
+    def disk_low(self) -> bool:
+        """Whether the disk is too close to its reserve for another block. Then misses are read
+        through without caching (a fill would fail with ENOSPC mid-answer) and an eviction of
+        clean entries is started."""
+        if self.disk is None or self.disk.spare() >= 2 * self.block_size:
+            return False
+        self.schedule_eviction()
+        return True
 
     def _segments(self, entry: Entry, first: int, last: int) -> list[FileSegment] | None:
         """The range as block-file segments when every block is local (a full hit), else None."""
@@ -581,6 +596,8 @@ class ReadCache:
     # ---- warming (staging) --------------------------------------------------------------------
     async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
         """Fetch every block of the object not cached yet; returns the bytes fetched."""
+        if self.disk_low():
+            return 0
         entry, _ = await self.current(bucket, key, policy, LOOKUP)
         if entry is None:
             # A whole-object GET, as a client's first read would be: its answer carries the
@@ -652,6 +669,8 @@ class ReadCache:
                 used = self.index.total_bytes(bucket=bucket)
                 if used > quota:
                     freed += self.evict(used - quota, bucket=bucket, reason="bucket-quota")
+        if self.disk is not None and (spare := self.disk.spare()) < 2 * self.block_size:
+            freed += self.evict(4 * self.block_size - spare, reason="disk")  # up to a low-water mark
         if self.budget_bytes:
             used = self.index.total_bytes() + self.dirty_bytes()
             if used > self.budget_bytes:

@@ -13,10 +13,10 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, exists, func, or_, select, text, update
+from sqlalchemy import Engine, and_, bindparam, delete, exists, func, or_, select, text, update
 from sqlalchemy.orm import aliased, sessionmaker
 
 from app.adapters.catalog.cache_index import invalidate_key
@@ -338,6 +338,35 @@ class Journal:
                 .execution_options(synchronize_session=False)
             )
             return int(result.rowcount or 0)
+
+    # ---- compaction ----------------------------------------------------------------------------
+    def compact(self, retention_seconds: float, now: datetime | None = None, batch: int = 1000) -> int:
+        """Delete durable and superseded rows that left the buffer more than ``retention_seconds``
+        ago; returns how many. Kept whatever their age: a row with an older dirty row of its key
+        (that row's destage asks ``has_newer`` and must still see it, or it would overwrite a
+        newer version remotely) and the newest row of each bucket (``has_bucket`` lets writes go
+        on during an outage). Dirty rows are never touched: reads, listings and conditional
+        checks only ever look at dirty rows, so they answer the same after a compaction."""
+        cutoff = (now or datetime.now(UTC)) - timedelta(seconds=retention_seconds)
+        done = 0
+        while True:
+            with self.sessions.begin() as s:
+                deleted = int(s.execute(delete(ObjectVersion).where(ObjectVersion.seq.in_(
+                    self._compactable(cutoff, batch))).execution_options(synchronize_session=False)).rowcount or 0)
+            done += deleted
+            if deleted < batch:
+                return done
+
+    @staticmethod
+    def _compactable(cutoff: datetime, batch: int) -> Any:
+        row, older, newer = aliased(ObjectVersion), aliased(ObjectVersion), aliased(ObjectVersion)
+        return (select(row.seq).where(
+            row.state.in_((VersionState.DURABLE.value, VersionState.SUPERSEDED.value)),
+            func.coalesce(row.durable_at, row.created_at) < cutoff,
+            ~exists().where(older.bucket == row.bucket, older.key == row.key, older.seq < row.seq,
+                            older.state.in_(DIRTY_VALUES)),
+            exists().where(newer.bucket == row.bucket, newer.seq > row.seq),
+        ).order_by(row.seq).limit(batch))
 
     def dirty_for_node(self, limit: int = 10_000) -> list[int]:
         with self.sessions() as s:
