@@ -97,6 +97,8 @@ def test_slow_bodies_neither_starve_other_tenants_nor_stay_open(seaweed: Any, tm
         bucket = f"slow-{uuid.uuid4().hex[:8]}"
         s3.create_bucket(Bucket=bucket)
         other = gw.client(*_second_tenant(gw))
+        other_bucket = f"other-{uuid.uuid4().hex[:8]}"
+        other.create_bucket(Bucket=other_bucket)  # tenants are isolated: the other one writes its own
 
         socks = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(13)]
         try:
@@ -112,8 +114,8 @@ def test_slow_bodies_neither_starve_other_tenants_nor_stay_open(seaweed: Any, tm
             # The attacker holds at most its share (15 MiB: three bodies of 5 MiB).
             assert len(stalled) == 3, f"{len(stalled)} bodies admitted"
 
-            other.put_object(Bucket=bucket, Key="small", Body=b"k" * 1024)  # another tenant goes on
-            assert other.get_object(Bucket=bucket, Key="small")["Body"].read() == b"k" * 1024
+            other.put_object(Bucket=other_bucket, Key="small", Body=b"k" * 1024)  # another tenant goes on
+            assert other.get_object(Bucket=other_bucket, Key="small")["Body"].read() == b"k" * 1024
 
             for sock in stalled:
                 status, body, closed = _read_answer(sock)
