@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ResponseStreamingError
 
 from tests.support.counting_proxy import CountingProxy
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
@@ -310,8 +310,8 @@ def test_staging_during_a_backlog_never_caches_the_version_it_replaces(oproxy: C
         client = gw.client()
         backlog(gw, oproxy, client, obucket, key, new)
         job = admin(gw, "POST", "/admin/staging", {"bucket": obucket, "prefix": prefix})
-        done = wait_for(lambda: (j := admin(gw, "GET", f"/admin/staging/{job['id']}"))["state"] != "running" and j,
-                        60, "the staging job")
+        done = wait_for(lambda: (j := admin(gw, "GET", f"/admin/staging/{job['id']}"))["state"]
+                        not in ("queued", "running") and j, 60, "the staging job")
         assert done["state"] == "done", done
         assert read(client, obucket, key) == new
         flush(gw, obucket)
@@ -369,13 +369,20 @@ def test_reads_never_go_backwards_while_writes_destage_and_staging_runs(oproxy: 
     stop = threading.Event()
     backwards: list[str] = []
     seen: list[int] = []
+    dropped: list[int] = []
     with GatewayProcess(oproxy, tmp_path / "gw", env=env) as gw:
 
         def reader() -> None:
             client = gw.client()
             last = 0
             while not stop.is_set():
-                body = read(client, obucket, key)
+                try:
+                    body = read(client, obucket, key)
+                except ResponseStreamingError:
+                    # A cached read whose version changed remotely mid-body drops the connection
+                    # (never a short body taken for a whole one): read again.
+                    dropped.append(1)
+                    continue
                 assert body is not None
                 version = int(body[:5])
                 if version < last:
@@ -402,6 +409,7 @@ def test_reads_never_go_backwards_while_writes_destage_and_staging_runs(oproxy: 
                 t.join(30)
             oproxy.delay = 0.0
         assert not backwards, backwards[:5]
+        assert len(seen) > 10 * len(dropped), f"{len(dropped)} reads of {len(seen)} were cut off"
         assert int((read(client, obucket, key) or b"")[:5]) == 24
         assert max(seen) == 24
         client.close()
