@@ -373,9 +373,11 @@ class RemoteStore:
 
     def conditional_writes(self, bucket: str) -> bool:
         """Whether the remote honours If-Match on PutObject and DeleteObject, probed once per
-        bucket: a remote that ignores the header would let a fenced write through unfenced.
+        bucket: a remote that ignored the header would let a fenced write through unfenced.
 
-        The probe writes and deletes one empty object under ``.ferry-probe/``."""
+        The probes are conditional writes to a key that does not exist (``.ferry-probe/<id>``),
+        which a remote that honours them refuses; only one that ignores them stores anything,
+        and that object is deleted at once."""
         known = self._conditional.get(bucket)
         if known is None:
             known = self._probe_conditional(bucket, f".ferry-probe/{uuid.uuid4().hex}")
@@ -384,34 +386,24 @@ class RemoteStore:
 
     def _probe_conditional(self, bucket: str, probe: str) -> bool:
         bogus = "0" * 32
-        try:
-            self.put_object(bucket, probe, io.BytesIO(b""), 0, "1B2M2Y8AsgTpgAmY7PhCfg==", {}, {}, {},
-                            if_match=bogus)
-        except S3Error as err:
-            if err.status >= 500:
-                raise  # an outage says nothing: ask again next time
-            if err.code not in ("PreconditionFailed", "NoSuchKey"):
-                return False  # e.g. NotImplemented: conditional writes unknown to this remote
-        else:
-            self.delete_object(bucket, probe)
-            return False  # the condition was ignored
-        self.put_object(bucket, probe, io.BytesIO(b""), 0, "1B2M2Y8AsgTpgAmY7PhCfg==", {}, {}, {})
-        try:
-            self.delete_object(bucket, probe, if_match=bogus)
-        except S3Error as err:
-            if err.status >= 500:
-                raise
-            self.delete_object(bucket, probe)
-            return err.code == "PreconditionFailed"
-        return False  # deleted despite the condition
+        for attempt in (self._probe_put, self._probe_delete):
+            try:
+                attempt(bucket, probe, bogus)
+            except S3Error as err:
+                if err.status >= 500:
+                    raise  # an outage says nothing: ask again next time
+                if err.code not in ("PreconditionFailed", "NoSuchKey"):
+                    return False  # e.g. NotImplemented: no conditional writes on this remote
+            else:
+                return False  # the condition was ignored
+        return True
 
-    def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
-        """Delete up to 1000 keys; returns the failures as key -> (code, message)."""
-        with translate_errors(bucket):
-            resp = self.client.delete_objects(
-                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
-            )
-        return {e["Key"]: (e.get("Code", "InternalError"), e.get("Message", "")) for e in resp.get("Errors", [])}
+    def _probe_put(self, bucket: str, probe: str, bogus: str) -> None:
+        self.put_object(bucket, probe, io.BytesIO(b""), 0, "1B2M2Y8AsgTpgAmY7PhCfg==", {}, {}, {}, if_match=bogus)
+        self.delete_object(bucket, probe)  # it was stored: take it away again
+
+    def _probe_delete(self, bucket: str, probe: str, bogus: str) -> None:
+        self.delete_object(bucket, probe, if_match=bogus)
 
     # ---- multipart (destage of a locally assembled upload) -------------------------------------
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
