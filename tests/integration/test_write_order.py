@@ -225,6 +225,11 @@ class StalledPuts:
         assert self.go.wait(60)
         return str(self.real.put_object(*args, **kwargs))
 
+    def delete_object(self, *args: Any, **kwargs: Any) -> None:
+        self.entered.set()
+        assert self.go.wait(60)
+        self.real.delete_object(*args, **kwargs)
+
 
 def _journal_put(journal: Any, store: Any, bucket: str, key: str, data: bytes) -> Any:
     from app.adapters.catalog.journal import BlobRef
@@ -245,9 +250,11 @@ def _remote_store(seaweed: SeaweedServer) -> Any:
                                     secret_key=seaweed.secret_key))
 
 
-@pytest.mark.parametrize("existing", [False, True], ids=["new-key", "overwrite"])
+@pytest.mark.parametrize(("existing", "stalled_op"), [(False, "put"), (True, "put"), (True, "delete")],
+                         ids=["put-new-key", "put-overwrite", "delete"])
 def test_a_stalled_destage_that_resumes_never_lands_over_a_newer_version(obucket: str, seaweed: SeaweedServer,
-                                                                         tmp_path: Path, existing: bool) -> None:
+                                                                         tmp_path: Path, existing: bool,
+                                                                         stalled_op: str) -> None:
     from app.adapters.blobstore import BlobStore
     from app.adapters.catalog.engine import make_engine
     from app.adapters.catalog.journal import Journal
@@ -264,7 +271,10 @@ def test_a_stalled_destage_that_resumes_never_lands_over_a_newer_version(obucket
     if existing:
         seaweed.client().put_object(Bucket=obucket, Key=key, Body=b"version zero")
     older, newer = b"version one " + os.urandom(100), b"version two " + os.urandom(100)
-    first = _journal_put(journal, store, obucket, key, older)
+    if stalled_op == "put":
+        first = _journal_put(journal, store, obucket, key, older)
+    else:
+        first = journal.append_delete(obucket, key, None, invalidate_cache=True)
     stalled_remote = StalledPuts(real)
     stalled = Destager(journal, store, stalled_remote, lease_seconds=1.5)
     outcome: dict[str, str] = {}
@@ -283,7 +293,7 @@ def test_a_stalled_destage_that_resumes_never_lands_over_a_newer_version(obucket
         worker.join(60)
     assert outcome["result"] in ("lost", "superseded"), outcome
     assert remote_state(seaweed.client(), obucket, key) == (newer, md5(newer)), \
-        "the stalled worker's older version landed over the newer durable one"
+        "the stalled worker's older write landed over (or deleted) the newer durable version"
     newest = journal.get(second.seq)
     assert newest is not None and newest.state is VersionState.DURABLE
     # The older row never reaches the remote now (a newer one is durable).
