@@ -205,6 +205,43 @@ def test_a_write_through_put_in_flight_when_the_mode_turns_write_back(oproxy: Co
         client.close()
 
 
+@pytest.mark.fleet
+def test_fleet_a_write_through_put_is_ordered_after_the_keys_backlog(oproxy: CountingProxy, obucket: str,
+                                                                    seaweed: SeaweedServer, tmp_path: Path,
+                                                                    fresh_postgres_url: str, redis_url: str) -> None:
+    """The same with PostgreSQL and a Celery worker destaging the backlog (and its retries)."""
+    import redis
+
+    from tests.support.celery_worker import CeleryWorker
+
+    remote = seaweed.client()
+    prefix = f"wt-{uuid.uuid4().hex[:8]}/"
+    key = f"{prefix}k"
+    old, new = b"old-" + os.urandom(2000), b"new-" + os.urandom(3000)
+    node = f"ord-{uuid.uuid4().hex[:10]}"
+    env = {**BACKLOG_ENV, "FERRY_DATABASE_URL": fresh_postgres_url, "FERRY_BROKER_URL": redis_url,
+           "FERRY_NODE_ID": node}
+    try:
+        with GatewayProcess(oproxy, tmp_path / "gw", env=env) as gw:
+            worker = CeleryWorker(gw).start()
+            try:
+                client = gw.client()
+                backlog(gw, oproxy, client, obucket, key, old)
+                set_mode(gw, obucket, prefix, mode="write-through")
+                client.put_object(Bucket=obucket, Key=key, Body=new)
+                assert read(client, obucket, key) == new, "a read after the write served the older buffered row"
+                flush(gw, obucket)
+                assert read(client, obucket, key) == new
+                assert remote_state(remote, obucket, key) == (new, md5(new)), "the backlog landed over the newer write"
+                client.close()
+            finally:
+                worker.stop()
+    finally:
+        with contextlib.suppress(redis.RedisError), redis.Redis.from_url(redis_url) as r:
+            for redis_key in r.scan_iter(match=f"*{node}*"):
+                r.delete(redis_key)
+
+
 # ------------------------------------------------------------------ 2. a plain PUT destage is fenced
 
 
