@@ -213,9 +213,11 @@ class Gateway:
         can go now. The older rows are superseded by it; if one is still being uploaded, or the
         remote fails, the row stays buffered (acknowledged) and the executor sends it later."""
         if self.destager is not None:
-            outcome = await self._run(self.destager.destage, row.seq)
-            if outcome == "durable":
-                return
+            try:
+                if await self._run(self.destager.destage, row.seq) == "durable":
+                    return
+            except Exception:  # the row is committed: the write stands, the executor retries it
+                log.warning("inline destage of seq %s failed", row.seq, exc_info=True)
         self._submit(row)
 
     async def _reserve(self, size: int | None, write_back: bool = True) -> int:
