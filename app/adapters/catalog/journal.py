@@ -3,7 +3,9 @@
 A write is acknowledged only after its row commits; the destage worker moves the row through
 ``domain.states`` with compare-and-swap updates guarded by ``generation``. Per key, only the
 newest row is ever uploaded and only one row at a time holds a destage lease, so an older
-version can never land on the remote after a newer one.
+version can never land on the remote after a newer one (a worker that outlives its lease is
+fenced by conditional requests, see ``services/destage.py``). Writes in every mode go through
+here while a key has dirty rows (``has_dirty``), so they are ordered after them.
 """
 
 from __future__ import annotations
