@@ -390,7 +390,7 @@ class RemoteStore:
             try:
                 attempt(bucket, probe, bogus)
             except S3Error as err:
-                if err.status >= 500:
+                if err.status >= 500 and err.code != "NotImplemented":
                     raise  # an outage says nothing: ask again next time
                 if err.code not in ("PreconditionFailed", "NoSuchKey"):
                     return False  # e.g. NotImplemented: no conditional writes on this remote
