@@ -469,3 +469,11 @@ def test_reads_never_go_backwards_while_writes_destage_and_staging_runs(oproxy: 
         assert int((read(client, obucket, key) or b"")[:5]) == 24
         assert max(seen) == 24
         client.close()
+
+
+def test_the_conditional_write_probe_finds_seaweedfs_honours_it_and_stores_nothing(obucket: str,
+                                                                                   seaweed: SeaweedServer) -> None:
+    store = _remote_store(seaweed)
+    assert store.conditional_writes(obucket) is True
+    leftovers = seaweed.client().list_objects_v2(Bucket=obucket, Prefix=".ferry-probe/").get("KeyCount", 0)
+    assert leftovers == 0, "the probe left an object behind"
