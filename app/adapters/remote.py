@@ -9,6 +9,8 @@ that arbitrary bytes (UTF-8 metadata included) cross the gateway unchanged.
 from __future__ import annotations
 
 import contextlib
+import io
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -179,6 +181,7 @@ class RemoteStore:
         self._register_expires_passthrough()
         metrics.instrument_boto_client(self.client)  # latency and errors by operation
         self.lean = LeanGetter(self.client, cfg.addressing_style)
+        self._conditional: dict[str, bool] = {}  # bucket -> conditional writes honoured
 
     def _register_expires_passthrough(self) -> None:
         """Let callers set a raw ``Expires`` header string (boto3 only accepts datetimes)."""
@@ -346,9 +349,15 @@ class RemoteStore:
 
     def put_object(self, bucket: str, key: str, body: BinaryIO, size: int, content_md5: str,
                    content_headers: dict[str, str], metadata: dict[str, str],
-                   checksums: dict[str, str]) -> str:
+                   checksums: dict[str, str], *, if_match: str | None = None,
+                   if_none_match: str | None = None) -> str:
+        """PutObject; ``if_match`` (an ETag) or ``if_none_match`` ('*') make it conditional."""
         kwargs = object_params(content_headers, metadata)
         kwargs.update(Bucket=bucket, Key=key, Body=body, ContentLength=size, ContentMD5=content_md5)
+        if if_match:
+            kwargs["IfMatch"] = f'"{if_match}"'
+        if if_none_match:
+            kwargs["IfNoneMatch"] = if_none_match
         for alg, value in checksums.items():
             kwargs[_CHECKSUM_PARAM[alg]] = value
         if "expires" in content_headers:
@@ -371,17 +380,57 @@ class RemoteStore:
         result = resp.get("CopyObjectResult", {})
         return str(result.get("ETag", "")).strip('"'), result.get("LastModified") or datetime.now(UTC)
 
-    def delete_object(self, bucket: str, key: str) -> None:
+    def delete_object(self, bucket: str, key: str, if_match: str | None = None) -> None:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if if_match:
+            kwargs["IfMatch"] = f'"{if_match}"'
         with translate_errors(bucket, key):
-            self.client.delete_object(Bucket=bucket, Key=key)
+            self.client.delete_object(**kwargs)
 
-    def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
-        """Delete up to 1000 keys; returns the failures as key -> (code, message)."""
-        with translate_errors(bucket):
-            resp = self.client.delete_objects(
-                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
-            )
-        return {e["Key"]: (e.get("Code", "InternalError"), e.get("Message", "")) for e in resp.get("Errors", [])}
+    def current_etag(self, bucket: str, key: str) -> str | None:
+        """The object's ETag now, None when there is none (the expectation of a fenced write)."""
+        try:
+            with translate_errors(bucket, key):
+                resp = self.client.head_object(Bucket=bucket, Key=key)
+        except S3Error as err:
+            if err.code == "NoSuchKey":
+                return None
+            raise
+        return str(resp.get("ETag", "")).strip('"')
+
+    def conditional_writes(self, bucket: str) -> bool:
+        """Whether the remote honours If-Match on PutObject and DeleteObject, probed once per
+        bucket: a remote that ignored the header would let a fenced write through unfenced.
+
+        The probes are conditional writes to a key that does not exist (``.ferry-probe/<id>``),
+        which a remote that honours them refuses; only one that ignores them stores anything,
+        and that object is deleted at once."""
+        known = self._conditional.get(bucket)
+        if known is None:
+            known = self._probe_conditional(bucket, f".ferry-probe/{uuid.uuid4().hex}")
+            self._conditional[bucket] = known
+        return known
+
+    def _probe_conditional(self, bucket: str, probe: str) -> bool:
+        bogus = "0" * 32
+        for attempt in (self._probe_put, self._probe_delete):
+            try:
+                attempt(bucket, probe, bogus)
+            except S3Error as err:
+                if err.status >= 500 and err.code != "NotImplemented":
+                    raise  # an outage says nothing: ask again next time
+                if err.code not in ("PreconditionFailed", "NoSuchKey"):
+                    return False  # e.g. NotImplemented: no conditional writes on this remote
+            else:
+                return False  # the condition was ignored
+        return True
+
+    def _probe_put(self, bucket: str, probe: str, bogus: str) -> None:
+        self.put_object(bucket, probe, io.BytesIO(b""), 0, "1B2M2Y8AsgTpgAmY7PhCfg==", {}, {}, {}, if_match=bogus)
+        self.delete_object(bucket, probe)  # it was stored: take it away again
+
+    def _probe_delete(self, bucket: str, probe: str, bogus: str) -> None:
+        self.delete_object(bucket, probe, if_match=bogus)
 
     # ---- multipart (destage of a locally assembled upload) -------------------------------------
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],

@@ -10,6 +10,7 @@ Blocking code: the embedded executor runs it in a thread, Celery in a worker pro
 from __future__ import annotations
 
 import base64
+import io
 import logging
 import random
 import threading
@@ -23,7 +24,7 @@ from app.adapters.blobstore import BlobStore
 from app.adapters.catalog.journal import BlobRef, Journal, VersionRow
 from app.adapters.remote import RemoteStore
 from app.domain.errors import S3Error
-from app.domain.states import backoff_seconds
+from app.domain.states import VersionState, backoff_seconds
 from app.services.partcopies import PartCopies
 
 log = logging.getLogger("ferry.destage")
@@ -49,10 +50,13 @@ class LeaseLost(Exception):
 
 
 def upload(remote: RemoteStore, store: BlobStore, spec: UploadSpec, part_concurrency: int = 8,
-           fence: Callable[[], bool] | None = None, copies: PartCopies | None = None) -> str:
+           fence: Callable[[], bool] | None = None, copies: PartCopies | None = None,
+           conditional: bool = False) -> str:
     """Write one object version to the remote; returns the remote ETag (verified equal to ours).
 
     ``fence()`` is asked right before a multipart upload's commit point (Complete); False aborts it.
+    ``conditional``: a single PutObject carries If-Match (or If-None-Match) on the ETag the remote
+    has now, so it fails with PreconditionFailed if another write lands before it does.
     """
     if spec.multipart:
         if copies is not None and spec.remote_upload_id:
@@ -60,20 +64,41 @@ def upload(remote: RemoteStore, store: BlobStore, spec: UploadSpec, part_concurr
             copies.wait_idle(spec.bucket, spec.key, timeout=1800)
         remote_etag = _upload_multipart(remote, store, spec, part_concurrency, fence)
     else:
-        piece = spec.blobs[0] if spec.blobs else None
-        md5_b64 = base64.b64encode(bytes.fromhex(spec.etag)).decode()
-        if piece is None:
-            import io
-
-            remote_etag = remote.put_object(spec.bucket, spec.key, io.BytesIO(b""), 0, md5_b64,
-                                            spec.content_headers, spec.metadata, spec.checksums)
-        else:
-            with open(store.path(piece.blob), "rb") as fh:
-                remote_etag = remote.put_object(spec.bucket, spec.key, fh, piece.size, md5_b64,
-                                                spec.content_headers, spec.metadata, spec.checksums)
+        remote_etag = _put_single(remote, store, spec, conditional)
     if remote_etag and remote_etag != spec.etag:
         raise S3Error("InternalError", f"the remote reported ETag {remote_etag}, expected {spec.etag}")
     return remote_etag or spec.etag
+
+
+def _expectation(remote: RemoteStore, bucket: str, key: str) -> dict[str, str]:
+    """The condition that holds while nobody else writes the key: its current ETag, or absence.
+
+    Read under the destage lease, when no newer version of the key can be destaged: if one lands
+    later (this worker stalled past its lease), the ETag changes and the write is refused."""
+    current = remote.current_etag(bucket, key)
+    return {"if_match": current} if current is not None else {"if_none_match": "*"}
+
+
+def _put_single(remote: RemoteStore, store: BlobStore, spec: UploadSpec, conditional: bool) -> str:
+    piece = spec.blobs[0] if spec.blobs else None
+    md5_b64 = base64.b64encode(bytes.fromhex(spec.etag)).decode()
+    condition = _expectation(remote, spec.bucket, spec.key) if conditional else {}
+    if piece is None:
+        return remote.put_object(spec.bucket, spec.key, io.BytesIO(b""), 0, md5_b64, spec.content_headers,
+                                 spec.metadata, spec.checksums, **condition)
+    with open(store.path(piece.blob), "rb") as fh:
+        return remote.put_object(spec.bucket, spec.key, fh, piece.size, md5_b64, spec.content_headers,
+                                 spec.metadata, spec.checksums, **condition)
+
+
+def delete(remote: RemoteStore, bucket: str, key: str, conditional: bool = False) -> None:
+    """Delete the key remotely; ``conditional``: only the version found under the lease."""
+    if not conditional:
+        remote.delete_object(bucket, key)
+        return
+    current = remote.current_etag(bucket, key)
+    if current is not None:  # absent: nothing to delete (and nothing newer to undo)
+        remote.delete_object(bucket, key, if_match=current)
 
 
 def _upload_multipart(remote: RemoteStore, store: BlobStore, spec: UploadSpec, concurrency: int,
@@ -134,8 +159,10 @@ class Destager:
     def __init__(self, journal: Journal, store: BlobStore, remote: RemoteStore, *, lease_seconds: float = 30.0,
                  max_attempts: int = 12, part_concurrency: int = 8, backoff_base: float = 1.0,
                  backoff_cap: float = 300.0, on_outcome: Callable[[str, VersionRow], None] | None = None,
-                 part_copies: PartCopies | None = None) -> None:
+                 part_copies: PartCopies | None = None, invalidate_cache: bool = True) -> None:
         self.journal = journal
+        # Durability invalidates the key's cache entries in the same commit (see mark_durable).
+        self.invalidate_cache = invalidate_cache
         self.store = store
         self.remote = remote
         self.lease_seconds = lease_seconds
@@ -165,15 +192,17 @@ class Destager:
         renewer = threading.Thread(target=self._renew, args=(row, stop, lost), daemon=True)
         renewer.start()
         try:
+            # A worker that lost its lease (stalled past it) must not land an older version over a
+            # newer one: multipart re-checks the lease at its commit point (Complete); a single
+            # request is conditional on the remote's state read under the lease, where honoured.
+            conditional = self.remote.conditional_writes(row.bucket)
             if row.is_delete:
-                self.remote.delete_object(row.bucket, row.key)
+                delete(self.remote, row.bucket, row.key, conditional)
                 remote_etag = ""
             else:
-                # A worker that lost its lease (stalled past it) must not complete an older version
-                # over a newer one: the lease is checked once more at the commit point.
                 remote_etag = upload(self.remote, self.store, spec_of(row), self.part_concurrency,
                                      fence=lambda: self.journal.renew(row, self.lease_seconds),
-                                     copies=self.part_copies)
+                                     copies=self.part_copies, conditional=conditional)
         except Exception as exc:  # any failure: keep the bytes, retry later
             stop.set()
             renewer.join()
@@ -182,13 +211,27 @@ class Destager:
             stop.set()
         renewer.join()
         if lost.is_set():
-            return self._done("lost", row)
+            return self._lost_after_write(row)
         # row.generation is still the claim's: the CAS fails if the row was taken over meanwhile.
         self._intend_drop(row)
-        if self.journal.mark_durable(row, remote_etag, None):
+        if self.journal.mark_durable(row, remote_etag, None, invalidate_cache=self.invalidate_cache):
             self._drop_blobs(row)
             return self._done("durable", row)
         self._keep_blobs(row)
+        return self._lost_after_write(row)
+
+    def _lost_after_write(self, row: VersionRow) -> str:
+        """The write reached the remote, but the row was no longer ours: whatever it replaced
+        there, the key's newest row must be (re)sent, so it is made due now. A newest row that
+        is already durable cannot be re-sent (its bytes are gone); with conditional writes the
+        remote refused this one, so this can only happen on a remote without them."""
+        newest = self.journal.newest(row.bucket, row.key)
+        if newest is not None and newest.seq != row.seq:
+            if newest.state is VersionState.BUFFERED:
+                self.journal.make_due(newest.seq)
+            elif newest.state is VersionState.DURABLE and not self.remote.conditional_writes(row.bucket):
+                log.error("a destage of %s/%s (seq %s) that lost its lease may have landed after the newer "
+                          "seq %s; rewrite the object", row.bucket, row.key, row.seq, newest.seq)
         return self._done("lost", row)
 
     def _renew(self, row: VersionRow, stop: threading.Event, lost: threading.Event) -> None:

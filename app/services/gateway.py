@@ -221,6 +221,26 @@ class Gateway:
         assert self.executor is not None
         self.executor.submit(row.seq)
 
+    async def _behind_backlog(self, bucket: str, key: str) -> bool:
+        """Whether a write in write-through (or bypass) mode must be journaled instead: the key
+        still has rows not on the remote, and a write sent around them would be overwritten (or
+        undone) by their destage, and reads would serve the older row meanwhile."""
+        if self.journal is None or self.executor is None:
+            return False
+        return await self._run(self.journal.has_dirty, bucket, key)
+
+    async def _destage_now(self, row: VersionRow) -> None:
+        """A write-through write journaled behind a backlog: destage it before answering when it
+        can go now. The older rows are superseded by it; if one is still being uploaded, or the
+        remote fails, the row stays buffered (acknowledged) and the executor sends it later."""
+        if self.destager is not None:
+            try:
+                if await self._run(self.destager.destage, row.seq) == "durable":
+                    return
+            except Exception:  # the row is committed: the write stands, the executor retries it
+                log.warning("inline destage of seq %s failed", row.seq, exc_info=True)
+        self._submit(row)
+
     async def _reserve(self, size: int | None, write_back: bool = True) -> Reservation:
         """Backpressure: refuse a write the disk, the buffer or the tenant's share of it cannot
         hold, before reading its bytes. Release the answer with ``_release`` when the body ends."""
@@ -573,6 +593,12 @@ class Gateway:
         received = await self.receive(body, expected, MAX_PUT_SIZE)
         try:
             validate_object_size(key, received.staging.size)
+            # Checked once the body is here, right before it is written: a row buffered while
+            # it arrived (the mode turned write-back meanwhile) is older than this write.
+            if await self._behind_backlog(bucket, key):
+                row = await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
+                await self._destage_now(row)
+                return PutResult(row.etag, received.checksums)
             etag = await self._run(self._upload_file, bucket, key, received, content_headers, metadata)
         finally:
             await self._run(self.blobs.discard, received.staging)
@@ -580,8 +606,9 @@ class Gateway:
         return PutResult(etag, received.checksums)
 
     async def _journal_put(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
-                           metadata: dict[str, str], tenant_id: int | None = None) -> VersionRow:
-        """fsync the body into the store, commit its journal row, hand it to the executor."""
+                           metadata: dict[str, str], tenant_id: int | None = None, submit: bool = True) -> VersionRow:
+        """fsync the body into the store, commit its journal row, hand it to the executor
+        (unless ``submit`` is False: the caller destages it itself)."""
         journal = self.journal
         assert journal is not None
 
@@ -601,7 +628,8 @@ class Gateway:
 
         row = await self._run(commit)
         self._dirty_cached += row.size  # until the next re-read, count what this process added
-        self._submit(row)
+        if submit:
+            self._submit(row)
         return row
 
     def _upload_file(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
@@ -629,15 +657,22 @@ class Gateway:
         if not replace:
             content_headers, metadata = dict(source.content_headers), dict(source.metadata)
         if self._write_back_for(bucket, key):
-            return await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
+            row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
+            self._submit(row)
+            return row.etag, row.created_at
+        if await self._behind_backlog(bucket, key):
+            row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
+            await self._destage_now(row)
+            return row.etag, row.created_at
         result = await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
                                  content_headers, metadata)
         await self._written(bucket, key)
         return result
 
     async def _copy_local(self, bucket: str, key: str, src_bucket: str, src_key: str, source: ObjectMeta,
-                          content_headers: dict[str, str], metadata: dict[str, str]) -> tuple[str, datetime]:
-        """Write-back copy: the bytes go through the journal like any write, keeping key order.
+                          content_headers: dict[str, str], metadata: dict[str, str]) -> VersionRow:
+        """A copy whose bytes go through the journal like any write, keeping key order (the
+        caller hands the row on).
 
         A server-side copy on the remote could land before an older buffered write of the same
         key is destaged, which would then overwrite it; so the copy is staged locally instead.
@@ -651,16 +686,21 @@ class Gateway:
         if "-" not in source.etag and received.digests.md5_hex() != source.etag:
             await self._run(self.blobs.discard, received.staging)
             raise S3Error("InternalError", "the copy source changed while it was read")
-        row = await self._journal_put(bucket, key, received, content_headers, metadata)
-        return row.etag, row.created_at
+        return await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
+
+    async def _journal_delete(self, bucket: str, key: str) -> VersionRow:
+        assert self.journal is not None
+        return await self._run(functools.partial(self.journal.append_delete, bucket, key, None,
+                                                 invalidate_cache=self.cache is not None))
 
     async def delete_object(self, bucket: str, key: str) -> None:
         validate_key(key)
         if self._write_back_for(bucket, key):
-            assert self.journal is not None
             await self._check_bucket(bucket)
-            self._submit(await self._run(functools.partial(self.journal.append_delete, bucket, key, None,
-                                                           invalidate_cache=self.cache is not None)))
+            self._submit(await self._journal_delete(bucket, key))
+            return
+        if await self._behind_backlog(bucket, key):
+            await self._destage_now(await self._journal_delete(bucket, key))
             return
         await self._run(self.remote.delete_object, bucket, key)
         await self._written(bucket, key)
@@ -682,11 +722,13 @@ class Gateway:
             except S3Error as err:
                 failures[key] = (err.code, err.message)
         if buffered:
-            assert self.journal is not None
             await self._check_bucket(bucket)
             for key in buffered:
-                self._submit(await self._run(functools.partial(self.journal.append_delete, bucket, key, None,
-                                                               invalidate_cache=self.cache is not None)))
+                self._submit(await self._journal_delete(bucket, key))
+        for key in list(direct):
+            if await self._behind_backlog(bucket, key):
+                direct.remove(key)
+                await self._destage_now(await self._journal_delete(bucket, key))
         if direct:
             failures.update(await self._run(self.remote.delete_objects, bucket, direct))
         for key in direct:
@@ -879,7 +921,7 @@ class Gateway:
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
         remote_id = await self._run(self.catalog.remote_upload, upload_id)
-        if write_back:
+        if write_back or await self._behind_backlog(bucket, key):
             assert self.journal is not None
             # The parts become the object's blobs: no byte is copied again.
             row = await self._run(functools.partial(
@@ -891,7 +933,10 @@ class Gateway:
             unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
             for blob in unused:
                 await self._run(self.blobs.delete, blob)
-            self._submit(row)
+            if write_back:
+                self._submit(row)
+            else:
+                await self._destage_now(row)
             return etag
         spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm,
                           remote_id)

@@ -23,6 +23,7 @@ import logging
 import mmap
 import os
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
@@ -116,6 +117,9 @@ class ReadCache:
         self.fetch_limiter = anyio.CapacityLimiter(fetch_concurrency)
         self._inflight: dict[str, Fill] = {}
         self._discovering: dict[tuple[str, str], asyncio.Future[Entry | None]] = {}
+        # When each running discovery began: a reader may share it only if no write came since.
+        self._discovery_began: weakref.WeakKeyDictionary[asyncio.Future[Entry | None], float] = (
+            weakref.WeakKeyDictionary())
         self._touches: dict[int, tuple[float, int]] = {}
         self._added_since_check = 0
         self._evicting = False
@@ -459,9 +463,16 @@ class ReadCache:
             if isinstance(shared, PendingEntry) and shared.recording and shared.recording.failed:
                 running = None  # its fetch failed (the loop has not heard yet): discover afresh
         if running is not None:
+            began = self._discovery_began.get(running)
+            if began is not None and await self._run(self.index.changed_since, bucket, key, began):
+                # A write (or its destage) came after that discovery began: the version it
+                # fetched may be the older one, which this reader must not be served. It reads
+                # the remote directly; the running discovery's row is refused by put_ready.
+                return None
             return await asyncio.shield(running)
         future: asyncio.Future[Entry | None] = asyncio.get_running_loop().create_future()
         self._discovering[k] = future
+        self._discovery_began[future] = time.time()
         try:
             entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole)
         except BaseException as exc:

@@ -24,6 +24,9 @@ class RefusingRemote:
         self.code = code
         self.calls = 0
 
+    def conditional_writes(self, bucket: str) -> bool:
+        return False
+
     def put_object(self, *args: Any, **kwargs: Any) -> str:
         self.calls += 1
         raise S3Error(self.code)

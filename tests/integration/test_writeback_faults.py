@@ -719,7 +719,10 @@ class StallingRemote:
         self.completed: list[str] = []
         self.aborted: list[str] = []
 
-    def put_object(self, bucket: str, key: str, body: Any, size: int, *_: Any) -> str:
+    def conditional_writes(self, bucket: str) -> bool:
+        return False  # unconditional PUTs: the lease alone has to fence them
+
+    def put_object(self, bucket: str, key: str, body: Any, size: int, *_: Any, **__: Any) -> str:
         self.entered.set()
         assert self.go.wait(30)
         data = body.read()

@@ -21,11 +21,13 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from app.adapters.catalog.hotpath import SqliteLookups
-from app.adapters.catalog.tables import CacheEntry, Tenant
+from app.adapters.catalog.tables import CacheEntry, ObjectVersion, Tenant
 from app.domain.objects import ObjectMeta
+from app.domain.states import DIRTY
 
 SHARED_NODE = "*"  # tombstones of writes: visible to every node's discoveries
 T = CacheEntry.__table__
+V = ObjectVersion.__table__
 
 
 @dataclass
@@ -134,6 +136,9 @@ class CacheIndex:
         self._written_since = (select(func.count()).select_from(T)
                                .where(T.c.bucket == bindparam("b"), T.c.key == bindparam("k"),
                                       T.c.state == "invalid", T.c.validated_at >= bindparam("since")))
+        # A buffered write of the key is newer than anything the remote can have answered.
+        self._dirty_write = (select(V.c.seq).where(V.c.bucket == bindparam("b"), V.c.key == bindparam("k"),
+                                                   V.c.state.in_([s.value for s in DIRTY])).limit(1))
         self._delete_own = delete(T).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
                                            T.c.key == bindparam("k"))
         self._insert = insert(T)
@@ -160,7 +165,12 @@ class CacheIndex:
     def put_ready(self, meta: ObjectMeta, bucket: str, block_size: int, tenant_id: int | None,
                   pinned: bool, started: float, cached_bytes: int = 0) -> Entry | None:
         """Record a discovered version (replacing this node's previous row for the key); None
-        when a write replaced the key since ``started`` (then nothing is cached)."""
+        when a write replaced the key since ``started``, or a write of the key is still dirty in
+        the journal (then nothing is cached).
+
+        Both checks share the insert's transaction. A discovery that fetched the remote before a
+        write was destaged sees the write's row dirty, or, once it is durable, the tombstone that
+        ``Journal.mark_durable`` moved to the destage's time, which is after ``started``."""
         now = time.time()
         values = {"node_id": self.node_id, "bucket": bucket, "key": meta.key, "etag": meta.etag,
                   "version_id": meta.version_id, "size": meta.size, "block_size": block_size,
@@ -169,6 +179,8 @@ class CacheIndex:
         for _ in range(3):
             with self._begin() as conn:
                 if conn.execute(self._written_since, {"b": bucket, "k": meta.key, "since": started}).scalar():
+                    return None
+                if conn.execute(self._dirty_write, {"b": bucket, "k": meta.key}).first() is not None:
                     return None
                 conn.execute(self._delete_own, {"n": self.node_id, "b": bucket, "k": meta.key})
                 try:
@@ -225,6 +237,14 @@ class CacheIndex:
             return
         with self._begin() as conn:
             conn.execute(self._touch, [{"eid": i, "at": at, "n": n} for i, (at, n) in accesses.items()])
+
+    def changed_since(self, bucket: str, key: str, since: float) -> bool:
+        """Whether a write of the key was accepted or destaged at or after ``since``, or one is
+        still dirty: what ``put_ready`` refuses, asked by a reader about to share a discovery."""
+        with self.engine.connect() as conn:
+            if conn.execute(self._written_since, {"b": bucket, "k": key, "since": since}).scalar():
+                return True
+            return conn.execute(self._dirty_write, {"b": bucket, "k": key}).first() is not None
 
     def invalidate(self, bucket: str, key: str) -> None:
         """A write replaced ``bucket/key``: every node's entry turns invalid, and a shared

@@ -3,7 +3,9 @@
 A write is acknowledged only after its row commits; the destage worker moves the row through
 ``domain.states`` with compare-and-swap updates guarded by ``generation``. Per key, only the
 newest row is ever uploaded and only one row at a time holds a destage lease, so an older
-version can never land on the remote after a newer one.
+version can never land on the remote after a newer one (a worker that outlives its lease is
+fenced by conditional requests, see ``services/destage.py``). Writes in every mode go through
+here while a key has dirty rows (``has_dirty``), so they are ordered after them.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, delete, exists, func, or_, select, text, update
+from sqlalchemy import Connection, Engine, and_, bindparam, delete, exists, func, or_, select, text, update
 from sqlalchemy.orm import aliased, sessionmaker
 
 from app.adapters.catalog.cache_index import invalidate_key
@@ -105,6 +107,8 @@ class Journal:
         t = ObjectVersion.__table__
         self._newest = (select(t.c.seq, t.c.state).where(t.c.bucket == bindparam("b"), t.c.key == bindparam("k"))
                         .order_by(t.c.seq.desc()).limit(1))
+        self._dirty = (select(t.c.seq).where(t.c.bucket == bindparam("b"), t.c.key == bindparam("k"),
+                                             t.c.state.in_(DIRTY_VALUES)).limit(1))
 
     # ---- appending (the acknowledgement point) -------------------------------------------------
     def append_put(self, bucket: str, key: str, size: int, etag: str, blobs: list[BlobRef], *,
@@ -167,6 +171,19 @@ class Journal:
         with self.sessions() as s:
             r = s.get(ObjectVersion, newest[0])
         return _row(r) if r is not None else None
+
+    def has_dirty(self, bucket: str, key: str) -> bool:
+        """Whether any row of the key is not on the remote yet: a write of the key in any mode
+        must then be journaled behind it, or the backlog's destage would land over it."""
+        with self.engine.connect() as conn:
+            return conn.execute(self._dirty, {"b": bucket, "k": key}).first() is not None
+
+    def newest(self, bucket: str, key: str) -> VersionRow | None:
+        """The key's newest row, whatever its state (the repair after a lost destage)."""
+        with self.sessions() as s:
+            r = s.scalars(select(ObjectVersion).where(ObjectVersion.bucket == bucket, ObjectVersion.key == key)
+                          .order_by(ObjectVersion.seq.desc()).limit(1)).first()
+            return _row(r) if r is not None else None
 
     def dirty_under(self, bucket: str, prefix: str, after: str | None, limit: int) -> list[VersionRow]:
         """Newest dirty row per key under a prefix, keys after ``after``, in key order."""
@@ -284,10 +301,23 @@ class Journal:
     def renew(self, row: VersionRow, lease_seconds: float) -> bool:
         return self._cas(row, VersionState.DESTAGING, lease_until=time.time() + lease_seconds, bump=False)
 
-    def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None) -> bool:
-        return self._cas(row, VersionState.DESTAGING, state=VersionState.DURABLE.value, remote_etag=remote_etag,
-                         remote_version_id=remote_version, durable_at=datetime.now(UTC), last_error=None,
-                         lease_until=0.0)
+    def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None, *,
+                     invalidate_cache: bool = False) -> bool:
+        """DESTAGING -> DURABLE. With ``invalidate_cache`` the key's cache entries and tombstone
+        move in the same commit: a discovery that fetched the remote before this version landed
+        (so it may hold the older one) then never records it (see CacheIndex.put_ready)."""
+        then = (lambda conn: invalidate_key(conn, row.bucket, row.key)) if invalidate_cache else None
+        return self._cas(row, VersionState.DESTAGING, then=then, state=VersionState.DURABLE.value,
+                         remote_etag=remote_etag, remote_version_id=remote_version, durable_at=datetime.now(UTC),
+                         last_error=None, lease_until=0.0)
+
+    def make_due(self, seq: int) -> bool:
+        """A buffered row's next attempt is now (the repair after a lost destage)."""
+        with self.sessions.begin() as s:
+            result = s.execute(update(ObjectVersion).where(ObjectVersion.seq == seq,
+                                                           ObjectVersion.state == VersionState.BUFFERED.value)
+                               .values(next_attempt_at=0.0).execution_options(synchronize_session=False))
+            return result.rowcount == 1
 
     def mark_superseded(self, row: VersionRow) -> bool:
         return self._cas(row, row.state, state=VersionState.SUPERSEDED.value, lease_until=0.0)
@@ -297,7 +327,9 @@ class Journal:
         return self._cas(row, VersionState.DESTAGING, state=target.value, last_error=error[:2000],
                          next_attempt_at=retry_at, lease_until=0.0)
 
-    def _cas(self, row: VersionRow, expected: VersionState, *, bump: bool = True, **values: Any) -> bool:
+    def _cas(self, row: VersionRow, expected: VersionState, *, bump: bool = True,
+             then: Callable[[Connection], None] | None = None, **values: Any) -> bool:
+        """Compare-and-swap on (state, generation); ``then`` runs in the same commit if it won."""
         if bump:
             values["generation"] = ObjectVersion.generation + 1
         with self.sessions.begin() as s:
@@ -307,7 +339,11 @@ class Journal:
                        ObjectVersion.generation == row.generation)
                 .values(**values).execution_options(synchronize_session=False)
             )
-            return result.rowcount == 1
+            if result.rowcount != 1:
+                return False
+            if then is not None:
+                then(s.connection())
+            return True
 
     def release_expired_leases(self, now: float | None = None) -> int:
         """DESTAGING rows whose worker died (lease ran out) go back to BUFFERED."""
