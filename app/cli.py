@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app import __version__
 from app.config import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from app.adapters.catalog.nodes import NodeRegistry
 
 cli = typer.Typer(help="Ferry: a write-accelerating S3 gateway.", no_args_is_help=True)
 db_cli = typer.Typer(help="Catalog database.", no_args_is_help=True)
@@ -41,9 +44,25 @@ def db_upgrade(config: ConfigOpt = None,
     from app.adapters.catalog.migrate import upgrade
 
     settings = _settings(config, database_url=database_url)
+    if settings.database_url is None:  # the SQLite catalog lives in the data dir: its owner migrates it
+        _own_data_dir(settings.data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.effective_database_url, revision)
     typer.echo(f"catalog at {revision}: {_redact(settings.effective_database_url)}")
+
+
+_OWNER: list[object] = []  # the data dir lock, held until the process exits
+
+
+def _own_data_dir(data_dir: Path) -> None:
+    """Take the data dir's owner lock (app/adapters/datadir.py) or exit 1 naming its holder."""
+    from app.adapters.datadir import DataDirBusy, DataDirLock
+
+    try:
+        _OWNER.append(DataDirLock(data_dir).acquire())
+    except DataDirBusy as exc:
+        typer.echo(f"ferry: {exc}", err=True)
+        raise typer.Exit(1) from exc
 
 
 def _redact(url: str) -> str:
@@ -79,7 +98,7 @@ def serve(
             os.environ[f"FERRY_{name.upper()}"] = str(value)
     if config is not None:
         os.environ["FERRY_CONFIG"] = str(config)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _own_data_dir(settings.data_dir)  # before anything in it is touched
     _prepare_metrics_dir(settings.data_dir)
     if migrate:
         from app.adapters.catalog.migrate import upgrade
@@ -93,6 +112,7 @@ def serve(
     from app.adapters.catalog.engine import make_engine
     from app.adapters.catalog.journal import Journal
 
+    registry = _register_node(settings)
     engine = make_engine(settings.effective_database_url, pool_size=1)
     try:
         journal = Journal(engine, settings.node_id)
@@ -125,6 +145,47 @@ def serve(
         server_header=False,
         http=http_protocol(settings.zero_copy),  # httptools + the ASGI zerocopysend extension
     )
+    registry.leave()
+
+
+def _register_node(settings: Settings) -> NodeRegistry:
+    """Claim the node id in the catalog (refusing a live duplicate) and keep its heartbeat."""
+    import threading
+
+    from app.adapters.catalog.engine import make_engine
+    from app.adapters.catalog.nodes import NodeIdInUse, NodeRegistry
+    from app.adapters.datadir import data_dir_id
+
+    registry = NodeRegistry(make_engine(settings.effective_database_url, pool_size=1), settings.node_id,
+                            __version__, data_dir_id(settings.data_dir))
+    try:
+        registry.register(settings.node_stale_seconds)
+    except NodeIdInUse as exc:
+        typer.echo(f"ferry: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    threading.Thread(target=_heartbeat, args=(registry, settings.node_heartbeat_seconds),
+                     name="ferry-node-heartbeat", daemon=True).start()
+    return registry
+
+
+def _heartbeat(registry: NodeRegistry, interval: float) -> None:
+    """Beat until the process ends; a node whose id was taken over (presumed dead) stops serving."""
+    import logging
+    import signal
+    import time
+
+    log = logging.getLogger("ferry.node")
+    while True:
+        time.sleep(interval)
+        try:
+            alive = registry.heartbeat()
+        except Exception:  # the catalog is unreachable: keep serving, beat again later
+            log.warning("node heartbeat failed", exc_info=True)
+            continue
+        if not alive:
+            log.error("node id %r was taken over by another instance; stopping", registry.node_id)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
 
 
 def _prepare_metrics_dir(data_dir: Path) -> None:
