@@ -80,7 +80,12 @@ class Settings(BaseSettings):
     policy_refresh_seconds: float = Field(1.0, gt=0)
     fsync: bool = True
 
-    node_id: str = Field(default_factory=lambda: __import__("socket").gethostname())
+    # Names the node's queue and rows. Defaults to the hostname only without a broker (embedded
+    # mode); fleet mode refuses to start without an explicit FERRY_NODE_ID (see _fleet_node_id).
+    node_id: str = Field(default_factory=lambda: __import__("socket").gethostname(),
+                         min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    node_heartbeat_seconds: float = Field(5.0, gt=0)
+    node_stale_seconds: float = Field(30.0, gt=0)
     destage_workers: int = Field(4, ge=1, le=256)
     destage_lease_seconds: float = Field(30.0, gt=1)
     destage_max_attempts: int = Field(12, ge=1)
@@ -101,6 +106,17 @@ class Settings(BaseSettings):
             raise ValueError("FERRY_TLS_CERT and FERRY_TLS_KEY must be set together")
         if (self.access_key is None) != (self.secret_key is None):
             raise ValueError("FERRY_ACCESS_KEY and FERRY_SECRET_KEY must be set together")
+        return self
+
+    @model_validator(mode="after")
+    def _fleet_node_id(self) -> Settings:
+        """With a broker, the node id routes work: gateway, worker and beat must share one that an
+        operator chose. A hostname differs per container, so each would use its own queue."""
+        if self.broker_url and "node_id" not in self.model_fields_set:
+            raise ValueError("FERRY_NODE_ID must be set explicitly when FERRY_BROKER_URL is set: the gateway, "
+                             "its Celery worker and beat route destage work by it (the same value in all three)")
+        if self.node_stale_seconds <= self.node_heartbeat_seconds:
+            raise ValueError("FERRY_NODE_STALE_SECONDS must exceed FERRY_NODE_HEARTBEAT_SECONDS")
         return self
 
     @property

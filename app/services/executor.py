@@ -82,7 +82,8 @@ class EmbeddedExecutor:
     async def sweep(self) -> int:
         """Re-enqueue due entries (the outbox pattern) and free leases of dead workers."""
         await anyio.to_thread.run_sync(self.journal.release_expired_leases)
-        due = await anyio.to_thread.run_sync(self.journal.due)
+        # Only this node's rows: another node's bytes are in its own data dir, not here.
+        due = await anyio.to_thread.run_sync(lambda: self.journal.due(node_id=self.journal.node_id))
         for seq in due:
             self.submit(seq)
         return len(due)
