@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import os
 import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -18,6 +17,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from tests.support.gateway import ACCESS_KEY, ADMIN_TOKEN, FERRY, SECRET_KEY, GatewayProcess, free_port
+from tests.support.procs import run_bounded
 
 BODY = bytes(range(256)) * 4096  # 1 MiB
 
@@ -64,20 +64,6 @@ def _wait_for_tmp_file(data_dir: Path, timeout: float = 10.0) -> None:
     raise AssertionError("the slow upload never reached tmp/")
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: float = 20.0) -> tuple[int, str, float]:
-    """Run a command; a process that is still running after ``timeout`` is killed and reported."""
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # with its uvicorn workers, which hold the pipe
-        out, _ = proc.communicate()
-        raise AssertionError(f"{cmd[1:3]} still ran after {timeout}s on an owned data dir:\n{out.decode()}") from None
-    return proc.returncode, out.decode(errors="replace"), time.monotonic() - started
-
-
 def _serves(port: int) -> bool:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
     try:
@@ -107,13 +93,13 @@ def test_second_gateway_on_an_owned_data_dir_refuses_and_harms_nothing(seaweed: 
         _wait_for_tmp_file(gw.data_dir)
 
         second_env = dict(gw.env(), FERRY_PORT=str(free_port()))
-        code, out, took = _run([FERRY, "serve"], second_env)
+        code, out, took = run_bounded([FERRY, "serve"], second_env)
         assert code != 0, out
         assert f"pid {gw.proc.pid}" in out, out
         assert took < 15, took
         assert "incomplete upload" not in out, out
 
-        code, out, _ = _run([FERRY, "db", "upgrade"], gw.env())  # SQLite catalog in the owned dir
+        code, out, _ = run_bounded([FERRY, "db", "upgrade"], gw.env())  # SQLite catalog in the owned dir
         assert code == 1 and f"pid {gw.proc.pid}" in out, out
 
         upload.join(30)
@@ -123,7 +109,7 @@ def test_second_gateway_on_an_owned_data_dir_refuses_and_harms_nothing(seaweed: 
         assert metrics_before <= _metrics_files(gw.data_dir), "the owner's metrics dir was wiped"
 
         # The orphan sweep goes through the owner's admin API: it works while the gateway runs.
-        code, out, _ = _run([FERRY, "evict", "--orphans", "--url", gw.endpoint, "--token", ADMIN_TOKEN], gw.env())
+        code, out, _ = run_bounded([FERRY, "evict", "--orphans", "--url", gw.endpoint, "--token", ADMIN_TOKEN], gw.env())
         assert code == 0 and "orphan block files" in out, out
     finally:
         gw.stop()
@@ -163,3 +149,15 @@ def test_owner_killed_alone_takes_its_workers_with_it(seaweed: Any, tmp_path: Pa
         successor.stop()
     finally:
         gw.kill()
+
+
+def test_quickstart_refuses_a_directory_in_use(tmp_path: Path) -> None:
+    """The quickstart owns its directory the same way, before it writes or starts anything."""
+    from app.adapters.datadir import DataDirLock
+
+    with DataDirLock(tmp_path):
+        code, out, _ = run_bounded([FERRY, "quickstart", "--data-dir", str(tmp_path), "--port", str(free_port()),
+                             "--remote-port", str(free_port())], dict(os.environ))
+    assert code != 0 and f"pid {os.getpid()}" in out, out
+    assert not (tmp_path / "remote-region").exists()
+    assert not (tmp_path / "quickstart-credentials.json").exists()
