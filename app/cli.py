@@ -104,15 +104,45 @@ def serve(
         from app.adapters.catalog.migrate import upgrade
 
         upgrade(settings.effective_database_url)
-    from app.adapters.blobstore import BlobStore
+    registry = _register_node(settings)  # a live node with this id refuses us here
+    _recover(settings)
+    from app.logs import configure_logging, uvicorn_log_config
+    from app.server import http_protocol
 
-    # Crash recovery, once, before any worker serves: bodies that never completed are garbage,
-    # and so are blobs stored by a write whose catalog row never committed.
-    # (Committed dirty writes need nothing here: the sweeper finds them in the journal.)
+    configure_logging(settings.log_level, settings.log_json)
+    typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
+               f"-> remote {settings.remote_endpoint or '(AWS default)'}", err=True)
+    try:
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
+            ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
+            log_level=settings.log_level,
+            log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
+            access_log=False,
+            timeout_keep_alive=75,
+            # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
+            # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
+            timeout_graceful_shutdown=5,
+            server_header=False,
+            http=http_protocol(settings.zero_copy),  # httptools + the ASGI zerocopysend extension
+        )
+    finally:
+        registry.leave()  # also when uvicorn could not bind its port
+
+
+def _recover(settings: Settings) -> None:
+    """Crash recovery, once, under the data dir's lock, before any worker serves: bodies that
+    never completed are garbage, and so are blobs stored by a write whose row never committed.
+    (Committed dirty writes need nothing here: the sweeper finds them in the journal.)"""
+    from app.adapters.blobstore import BlobStore
     from app.adapters.catalog.engine import make_engine
     from app.adapters.catalog.journal import Journal
 
-    registry = _register_node(settings)
     engine = make_engine(settings.effective_database_url, pool_size=1)
     try:
         journal = Journal(engine, settings.node_id)
@@ -121,31 +151,6 @@ def serve(
         engine.dispose()
     if dropped:
         typer.echo(f"ferry: removed {dropped} incomplete upload(s) left by an earlier run", err=True)
-    from app.logs import configure_logging, uvicorn_log_config
-    from app.server import http_protocol
-
-    configure_logging(settings.log_level, settings.log_json)
-    typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
-               f"-> remote {settings.remote_endpoint or '(AWS default)'}", err=True)
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
-        ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
-        log_level=settings.log_level,
-        log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
-        access_log=False,
-        timeout_keep_alive=75,
-        # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
-        # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
-        timeout_graceful_shutdown=5,
-        server_header=False,
-        http=http_protocol(settings.zero_copy),  # httptools + the ASGI zerocopysend extension
-    )
-    registry.leave()
 
 
 def _register_node(settings: Settings) -> NodeRegistry:
