@@ -112,6 +112,7 @@ def serve(
     configure_logging(settings.log_level, settings.log_json)
     typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
                f"-> remote {settings.remote_endpoint or '(AWS default)'}", err=True)
+    _exit_on_sigterm()
     try:
         uvicorn.run(
             "app.main:create_app",
@@ -133,6 +134,15 @@ def serve(
         )
     finally:
         registry.leave()  # also when uvicorn could not bind its port
+
+
+def _exit_on_sigterm() -> None:
+    """uvicorn re-raises the SIGTERM it handled once it has shut down, under the handler found
+    before it ran: exit through Python then, so ``finally`` blocks (leaving the node row) run
+    instead of the signal's default action killing the process on the spot."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def _recover(settings: Settings) -> None:
