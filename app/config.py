@@ -80,8 +80,8 @@ class Settings(BaseSettings):
     policy_refresh_seconds: float = Field(1.0, gt=0)
     fsync: bool = True
 
-    # Names the node's queue and rows. Defaults to the hostname only without a broker (embedded
-    # mode); fleet mode refuses to start without an explicit FERRY_NODE_ID (see _fleet_node_id).
+    # Names the node's queue and rows. Defaults to the hostname only for a node alone with its
+    # SQLite catalog; a broker or a shared catalog requires an explicit one (see _fleet_node_id).
     node_id: str = Field(default_factory=lambda: __import__("socket").gethostname(),
                          min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     node_heartbeat_seconds: float = Field(5.0, gt=0)
@@ -115,6 +115,9 @@ class Settings(BaseSettings):
         if self.broker_url and "node_id" not in self.model_fields_set:
             raise ValueError("FERRY_NODE_ID must be set explicitly when FERRY_BROKER_URL is set: the gateway, "
                              "its Celery worker and beat route destage work by it (the same value in all three)")
+        if self.database_url and not self.database_url.startswith("sqlite") and "node_id" not in self.model_fields_set:
+            raise ValueError("FERRY_NODE_ID must be set explicitly with a shared catalog (FERRY_DATABASE_URL): "
+                             "rows are this node's by its id, and a hostname is neither unique nor stable")
         if self.node_stale_seconds <= self.node_heartbeat_seconds:
             raise ValueError("FERRY_NODE_STALE_SECONDS must exceed FERRY_NODE_HEARTBEAT_SECONDS")
         return self

@@ -29,9 +29,10 @@ class EmbeddedExecutor:
     """An asyncio queue drained by worker coroutines that run ``Destager.destage`` in threads."""
 
     def __init__(self, destager: Destager, journal: Journal, *, workers: int = 4,
-                 sweep_interval: float = 2.0) -> None:
+                 sweep_interval: float = 2.0, node_id: str | None = None) -> None:
         self.destager = destager
         self.journal = journal
+        self.node_id = node_id  # sweep only this node's rows (a catalog shared by several nodes)
         self.workers = workers
         self.sweep_interval = sweep_interval
         self.limiter = anyio.CapacityLimiter(workers)
@@ -82,8 +83,8 @@ class EmbeddedExecutor:
     async def sweep(self) -> int:
         """Re-enqueue due entries (the outbox pattern) and free leases of dead workers."""
         await anyio.to_thread.run_sync(self.journal.release_expired_leases)
-        # Only this node's rows: another node's bytes are in its own data dir, not here.
-        due = await anyio.to_thread.run_sync(lambda: self.journal.due(node_id=self.journal.node_id))
+        # Another node's bytes are in its own data dir, not here.
+        due = await anyio.to_thread.run_sync(lambda: self.journal.due(node_id=self.node_id))
         for seq in due:
             self.submit(seq)
         return len(due)

@@ -13,6 +13,8 @@ import pytest
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.migrate import upgrade
+from app.bootstrap import make_executor
+from app.config import Settings
 from app.services.executor import EmbeddedExecutor
 from tests.support.gateway import FERRY, GatewayProcess, free_port
 from tests.support.procs import run_bounded
@@ -34,7 +36,9 @@ def test_embedded_sweep_takes_only_this_nodes_rows(fresh_postgres_url: str) -> N
     try:
         seq_a = _buffer_row(Journal(engine, "node-a"), "from-a")
         seq_b = _buffer_row(Journal(engine, "node-b"), "from-b")
-        sweeper_b = EmbeddedExecutor(None, Journal(engine, "node-b"))  # type: ignore[arg-type]
+        settings = Settings(database_url=fresh_postgres_url, node_id="node-b")
+        sweeper_b = make_executor(settings, Journal(engine, "node-b"), None)  # type: ignore[arg-type]
+        assert isinstance(sweeper_b, EmbeddedExecutor)
         sweeper_b._queue = asyncio.Queue()  # started enough to record what it submits
         asyncio.run(sweeper_b.sweep())
         assert sweeper_b._queued == {seq_b}, f"node b took {sweeper_b._queued} (node a's row is {seq_a})"
@@ -78,3 +82,10 @@ def test_a_crashed_nodes_id_is_taken_over_after_its_heartbeat_goes_stale(seaweed
         GatewayProcess(seaweed, tmp_path / "c", env=env).start().stop()
     finally:
         successor.kill()
+
+
+def test_a_shared_catalog_needs_an_explicit_node_id(seaweed: Any, fresh_postgres_url: str, tmp_path: Path) -> None:
+    """Two gateways on one host would share the hostname as id (one queue, one set of rows)."""
+    gw = GatewayProcess(seaweed, tmp_path / "a", env={"FERRY_DATABASE_URL": fresh_postgres_url})
+    code, out, _ = run_bounded([FERRY, "serve"], gw.env())
+    assert code == 2 and "FERRY_NODE_ID must be set explicitly with a shared catalog" in out, out
