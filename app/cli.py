@@ -92,6 +92,11 @@ def serve(
     overrides = dict(host=host, port=port, workers=workers, data_dir=data_dir, database_url=database_url,
                      remote_endpoint=remote_endpoint, tls_cert=tls_cert, tls_key=tls_key)
     settings = _settings(config, **overrides)
+    try:
+        settings.require_node_id()
+    except ConfigError as exc:
+        typer.echo(f"ferry: {exc}", err=True)
+        raise typer.Exit(2) from exc
     # Worker processes rebuild settings from the environment: hand them the flags that way.
     for name, value in overrides.items():
         if value is not None:

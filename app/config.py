@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     fsync: bool = True
 
     # Names the node's queue and rows. Defaults to the hostname only for a node alone with its
-    # SQLite catalog; a broker or a shared catalog requires an explicit one (see _fleet_node_id).
+    # SQLite catalog; a broker or a shared catalog requires an explicit one (require_node_id).
     node_id: str = Field(default_factory=lambda: __import__("socket").gethostname(),
                          min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     node_heartbeat_seconds: float = Field(5.0, gt=0)
@@ -109,18 +109,24 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _fleet_node_id(self) -> Settings:
-        """With a broker, the node id routes work: gateway, worker and beat must share one that an
-        operator chose. A hostname differs per container, so each would use its own queue."""
-        if self.broker_url and "node_id" not in self.model_fields_set:
-            raise ValueError("FERRY_NODE_ID must be set explicitly when FERRY_BROKER_URL is set: the gateway, "
-                             "its Celery worker and beat route destage work by it (the same value in all three)")
-        if self.database_url and not self.database_url.startswith("sqlite") and "node_id" not in self.model_fields_set:
-            raise ValueError("FERRY_NODE_ID must be set explicitly with a shared catalog (FERRY_DATABASE_URL): "
-                             "rows are this node's by its id, and a hostname is neither unique nor stable")
+    def _node_timing(self) -> Settings:
         if self.node_stale_seconds <= self.node_heartbeat_seconds:
             raise ValueError("FERRY_NODE_STALE_SECONDS must exceed FERRY_NODE_HEARTBEAT_SECONDS")
         return self
+
+    def require_node_id(self) -> None:
+        """Refuse a defaulted (hostname) node id where the id routes work or owns shared rows.
+
+        Called by the processes of a node (``ferry serve``, the Celery worker and beat), not by
+        ``ferry db upgrade``, which needs no identity."""
+        if "node_id" in self.model_fields_set:
+            return
+        if self.broker_url:
+            raise ConfigError("FERRY_NODE_ID must be set explicitly when FERRY_BROKER_URL is set: the gateway, "
+                              "its Celery worker and beat route destage work by it (the same value in all three)")
+        if self.database_url and not self.database_url.startswith("sqlite"):
+            raise ConfigError("FERRY_NODE_ID must be set explicitly with a shared catalog (FERRY_DATABASE_URL): "
+                              "rows are this node's by its id, and a hostname is neither unique nor stable")
 
     @property
     def effective_database_url(self) -> str:
