@@ -101,8 +101,11 @@ def make_executor(settings: Settings, journal: Journal, destager: Destager) -> E
             celery_app.send_task("ferry.destage", args=[seq])
 
         return CeleryExecutor(send)
+    # A SQLite catalog in the data dir holds only this dir's rows, whatever node id wrote them
+    # (a hostname that changed); a shared catalog holds every node's, and the sweep takes its own.
+    shared = not settings.effective_database_url.startswith("sqlite")
     return EmbeddedExecutor(destager, journal, workers=settings.destage_workers,
-                            sweep_interval=settings.sweep_interval,
+                            sweep_interval=settings.sweep_interval, node_id=settings.node_id if shared else None,
                             retention_seconds=settings.journal_retention_seconds)
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app import __version__
 from app.config import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from app.adapters.catalog.nodes import NodeRegistry
 
 cli = typer.Typer(help="Ferry: a write-accelerating S3 gateway.", no_args_is_help=True)
 db_cli = typer.Typer(help="Catalog database.", no_args_is_help=True)
@@ -41,9 +44,25 @@ def db_upgrade(config: ConfigOpt = None,
     from app.adapters.catalog.migrate import upgrade
 
     settings = _settings(config, database_url=database_url)
+    if settings.database_url is None:  # the SQLite catalog lives in the data dir: its owner migrates it
+        _own_data_dir(settings.data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.effective_database_url, revision)
     typer.echo(f"catalog at {revision}: {_redact(settings.effective_database_url)}")
+
+
+_OWNER: list[object] = []  # the data dir lock, held until the process exits
+
+
+def _own_data_dir(data_dir: Path) -> None:
+    """Take the data dir's owner lock (app/adapters/datadir.py) or exit 1 naming its holder."""
+    from app.adapters.datadir import DataDirBusy, DataDirLock
+
+    try:
+        _OWNER.append(DataDirLock(data_dir).acquire())
+    except DataDirBusy as exc:
+        typer.echo(f"ferry: {exc}", err=True)
+        raise typer.Exit(1) from exc
 
 
 def _redact(url: str) -> str:
@@ -73,23 +92,70 @@ def serve(
     overrides = dict(host=host, port=port, workers=workers, data_dir=data_dir, database_url=database_url,
                      remote_endpoint=remote_endpoint, tls_cert=tls_cert, tls_key=tls_key)
     settings = _settings(config, **overrides)
+    try:
+        settings.require_node_id()
+    except ConfigError as exc:
+        typer.echo(f"ferry: {exc}", err=True)
+        raise typer.Exit(2) from exc
     # Worker processes rebuild settings from the environment: hand them the flags that way.
     for name, value in overrides.items():
         if value is not None:
             os.environ[f"FERRY_{name.upper()}"] = str(value)
     if config is not None:
         os.environ["FERRY_CONFIG"] = str(config)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _own_data_dir(settings.data_dir)  # before anything in it is touched
     _prepare_metrics_dir(settings.data_dir)
     if migrate:
         from app.adapters.catalog.migrate import upgrade
 
         upgrade(settings.effective_database_url)
-    from app.adapters.blobstore import BlobStore
+    registry = _register_node(settings)  # a live node with this id refuses us here
+    _recover(settings)
+    from app.logs import configure_logging, uvicorn_log_config
+    from app.server import http_protocol
 
-    # Crash recovery, once, before any worker serves: bodies that never completed are garbage,
-    # and so are blobs stored by a write whose catalog row never committed.
-    # (Committed dirty writes need nothing here: the sweeper finds them in the journal.)
+    configure_logging(settings.log_level, settings.log_json)
+    typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
+               f"-> remote {settings.remote_endpoint or '(AWS default)'}", err=True)
+    _exit_on_sigterm()
+    try:
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
+            ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
+            log_level=settings.log_level,
+            log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
+            access_log=False,
+            timeout_keep_alive=int(settings.http_keep_alive_timeout),  # idle connections between requests
+            limit_concurrency=settings.http_limit_concurrency or None,  # connections + tasks, then 503
+            # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
+            # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
+            timeout_graceful_shutdown=5,
+            server_header=False,
+            http=http_protocol(settings.zero_copy),  # httptools + the ASGI zerocopysend extension
+        )
+    finally:
+        registry.leave()  # also when uvicorn could not bind its port
+
+
+def _exit_on_sigterm() -> None:
+    """uvicorn re-raises the SIGTERM it handled once it has shut down, under the handler found
+    before it ran: exit through Python then, so ``finally`` blocks (leaving the node row) run
+    instead of the signal's default action killing the process on the spot."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
+def _recover(settings: Settings) -> None:
+    """Crash recovery, once, under the data dir's lock, before any worker serves: bodies that
+    never completed are garbage, and so are blobs stored by a write whose row never committed.
+    (Committed dirty writes need nothing here: the sweeper finds them in the journal.)"""
+    from app.adapters.blobstore import BlobStore
     from app.adapters.catalog.engine import make_engine
     from app.adapters.catalog.journal import Journal
     from app.adapters.catalog.repo import Catalog
@@ -103,31 +169,46 @@ def serve(
         engine.dispose()
     if dropped:
         typer.echo(f"ferry: removed {dropped} incomplete upload(s) left by an earlier run", err=True)
-    from app.logs import configure_logging, uvicorn_log_config
-    from app.server import http_protocol
 
-    configure_logging(settings.log_level, settings.log_json)
-    typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
-               f"-> remote {settings.remote_endpoint or '(AWS default)'}", err=True)
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
-        ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
-        log_level=settings.log_level,
-        log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
-        access_log=False,
-        timeout_keep_alive=int(settings.http_keep_alive_timeout),  # idle connections between requests
-        limit_concurrency=settings.http_limit_concurrency or None,  # connections + tasks, then 503
-        # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
-        # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
-        timeout_graceful_shutdown=5,
-        server_header=False,
-        http=http_protocol(settings.zero_copy),  # httptools + the ASGI zerocopysend extension
-    )
+
+def _register_node(settings: Settings) -> NodeRegistry:
+    """Claim the node id in the catalog (refusing a live duplicate) and keep its heartbeat."""
+    import threading
+
+    from app.adapters.catalog.engine import make_engine
+    from app.adapters.catalog.nodes import NodeIdInUse, NodeRegistry
+    from app.adapters.datadir import data_dir_id
+
+    registry = NodeRegistry(make_engine(settings.effective_database_url, pool_size=1), settings.node_id,
+                            __version__, data_dir_id(settings.data_dir))
+    try:
+        registry.register(settings.node_stale_seconds)
+    except NodeIdInUse as exc:
+        typer.echo(f"ferry: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    threading.Thread(target=_heartbeat, args=(registry, settings.node_heartbeat_seconds),
+                     name="ferry-node-heartbeat", daemon=True).start()
+    return registry
+
+
+def _heartbeat(registry: NodeRegistry, interval: float) -> None:
+    """Beat until the process ends; a node whose id was taken over (presumed dead) stops serving."""
+    import logging
+    import signal
+    import time
+
+    log = logging.getLogger("ferry.node")
+    while True:
+        time.sleep(interval)
+        try:
+            alive = registry.heartbeat()
+        except Exception:  # the catalog is unreachable: keep serving, beat again later
+            log.warning("node heartbeat failed", exc_info=True)
+            continue
+        if not alive:
+            log.error("node id %r was taken over by another instance; stopping", registry.node_id)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
 
 
 def _prepare_metrics_dir(data_dir: Path) -> None:

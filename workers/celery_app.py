@@ -19,6 +19,7 @@ def node_queue(node_id: str) -> str:
 
 def make_celery() -> Celery:
     settings = get_settings()
+    settings.require_node_id()  # worker and beat route by it: never a hostname of their own
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     app = Celery("ferry", broker=broker, include=["workers.tasks"])
     app.conf.update(

@@ -36,9 +36,11 @@ class EmbeddedExecutor:
     """An asyncio queue drained by worker coroutines that run ``Destager.destage`` in threads."""
 
     def __init__(self, destager: Destager, journal: Journal, *, workers: int = 4,
-                 sweep_interval: float = 2.0, retention_seconds: float = 0.0) -> None:
+                 sweep_interval: float = 2.0, node_id: str | None = None,
+                 retention_seconds: float = 0.0) -> None:
         self.destager = destager
         self.journal = journal
+        self.node_id = node_id  # sweep only this node's rows (a catalog shared by several nodes)
         self.retention_seconds = retention_seconds  # 0: history is kept
         self._compact_at = 0.0
         self.workers = workers
@@ -93,7 +95,8 @@ class EmbeddedExecutor:
     async def sweep(self) -> int:
         """Re-enqueue due entries (the outbox pattern) and free leases of dead workers."""
         await anyio.to_thread.run_sync(self.journal.release_expired_leases)
-        due = await anyio.to_thread.run_sync(self.journal.due)
+        # Another node's bytes are in its own data dir, not here.
+        due = await anyio.to_thread.run_sync(lambda: self.journal.due(node_id=self.node_id))
         for seq in due:
             self.submit(seq)
         for chore in self.chores:

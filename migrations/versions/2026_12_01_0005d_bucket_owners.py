@@ -1,7 +1,7 @@
 """bucket owners: the tenant each bucket belongs to
 
 Revision ID: 0005d
-Revises: 0005a
+Revises: 0005c
 Create Date: 2026-12-01 04:30:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0005d'
-down_revision = '0005a'
+down_revision = '0005c'
 branch_labels = None
 depends_on = None
 

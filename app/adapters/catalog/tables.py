@@ -274,3 +274,24 @@ class BucketOwner(Base):
     bucket: Mapped[str] = mapped_column(String(63), primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class Node(Base):
+    """A serving node: registered at start, heartbeat while it serves (app/adapters/catalog/nodes.py).
+
+    ``instance`` tells two starts of the same node id apart; a row with a recent heartbeat, another
+    instance and another data dir means a live node already uses the id.
+    """
+
+    __tablename__ = "nodes"
+
+    node_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    instance: Mapped[str] = mapped_column(String(64))
+    # The data dir the instance owns (its ferry.dirid): a successor that owns the same dir
+    # knows the old instance is dead (it would still hold the dir's lock) and takes over at once.
+    data_dir_id: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    host: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    version: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    started_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    heartbeat_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
