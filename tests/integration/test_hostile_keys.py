@@ -234,7 +234,8 @@ def test_nothing_escaped_the_data_dir(gateway: GatewayProcess, gateway_tls: Gate
         root = gw.data_dir.resolve()
         entries = set(os.listdir(root))
         assert entries <= {"tmp", "blobs", "gateway.log", "ferry.db", "ferry.db-wal", "ferry.db-shm",
-                           "ferry.db-journal", "metrics", "cache"}, entries  # metrics: prometheus multiprocess files
+                           "ferry.db-journal", "metrics", "cache", "ferry.lock", "ferry.dirid"}, entries
+        # metrics: prometheus multiprocess files; ferry.lock/ferry.dirid: the data dir's owner lock and id
         assert {"tmp", "blobs"} <= entries
         cache = root / "cache"
         if cache.exists():  # the read cache: block files named by sha256, never by a key

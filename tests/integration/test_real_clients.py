@@ -173,7 +173,7 @@ def big_roundtrip(cli: Any, gw: GatewayProcess, seaweed: Any, bucket: str, big: 
     assert sha256_of_object(gw, bucket, copy_key) == big.sha256
 
     url = cli.presign(bucket, key)
-    if url is not None:  # query-string SigV4
+    if url is not None:  # query-string SigV4, or SigV2 (s3cmd signurl)
         ctx = ssl.create_default_context(cafile=cli.ca_bundle) if cli.ca_bundle else None
         with urllib.request.urlopen(url, timeout=60, context=ctx) as resp:
             digest = hashlib.sha256()

@@ -104,7 +104,7 @@ class CLIClient:
         raise NotImplementedError
 
     def presign(self, bucket: str, key: str) -> str | None:
-        """A presigned SigV4 GET URL, or None where the client only presigns with SigV2 (s3cmd)."""
+        """A presigned GET URL (SigV4, or SigV2 where that is the client's only form), or None."""
         return None
 
     def sync_down(self, bucket: str, prefix: str, local_dir: Path) -> None:
@@ -228,6 +228,10 @@ class S3Cmd(CLIClient):
 
     def base_args(self) -> list[str]:
         return [self.binary, "-c", str(self.config)]
+
+    def presign(self, bucket: str, key: str) -> str | None:
+        """``s3cmd signurl``: a SigV2 query URL (s3cmd's only presigner)."""
+        return self.run("signurl", f"s3://{bucket}/{key}", "+3600").stdout.strip()
 
     def put(self, local: Path, bucket: str, key: str) -> None:
         self.run("put", str(local), f"s3://{bucket}/{key}")
