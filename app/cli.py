@@ -239,6 +239,20 @@ def quickstart(
     run(data_dir, port, remote_port)
 
 
+@cli.command()
+def mcp(
+    url: Annotated[str, typer.Option("--url", envvar="FERRY_URL", help="Gateway URL.")] = "http://127.0.0.1:9000",
+    token: Annotated[str | None, typer.Option("--token", envvar="FERRY_ADMIN_TOKEN", help="Admin token.")] = None,
+    transport: Annotated[str, typer.Option(help="stdio or http (streamable HTTP at /mcp).")] = "stdio",
+    host: Annotated[str, typer.Option(help="HTTP listen address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP listen port.")] = 8765,
+) -> None:
+    """Serve the Model Context Protocol for agents, backed by the admin API (app/mcp)."""
+    from app.mcp.server import serve as serve_mcp
+
+    serve_mcp(url, token, transport, host, port)
+
+
 # Admin commands (tenants, keys, policies, stage, flush, evict, status): app/cli_admin.py
 from app.cli_admin import register as _register_admin  # noqa: E402
 

@@ -1,0 +1,1 @@
+"""``ferry mcp``: a Model Context Protocol server for agents, backed by the admin API."""
