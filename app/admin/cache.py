@@ -3,15 +3,15 @@ writes not yet on the remote live in the write journal and are never touched her
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Query
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field
 
 from app.adapters.catalog.cache_usage import CacheUsage, CacheUsageQueries
 from app.admin.auth import Authenticator
-from app.admin.common import BucketName, Counted, Model, Out, Prefix, run
+from app.admin.common import BucketName, Counted, Model, Out, Prefix, Text, run
 from app.bootstrap import Container
 
 
@@ -38,6 +38,27 @@ class UsageOut(Out):
     buckets: list[UsageRowOut]
     tenants: list[TenantUsageOut]
     local: dict[str, Any] | None = None  # this node's cache engine's own figures, when it has any
+
+
+class CopyOut(Out):
+    node_id: str
+    state: str  # ready (served from disk) | seen (one miss recorded, nothing cached) | invalid
+    etag: str
+    size: int
+    block_size: int
+    blocks: int
+    cached_bytes: int
+    pinned: bool
+    hits: int
+    last_access: float
+    validated_at: float
+
+
+class ObjectCacheOut(Out):
+    bucket: str
+    key: str
+    cached: bool  # a ready entry on some node
+    copies: list[CopyOut]
 
 
 class EvictIn(Model):
@@ -72,6 +93,14 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
                         nodes=[UsageRowOut.model_validate(r) for r in u.nodes],
                         buckets=[UsageRowOut.model_validate(r) for r in u.buckets],
                         tenants=[TenantUsageOut.model_validate(r) for r in u.tenants], local=local)
+
+    @api.get("/object", response_model=ObjectCacheOut, dependencies=auth.read())
+    async def object_copies(bucket: Annotated[Text, Query()], key: Annotated[Prefix, Query()]) -> ObjectCacheOut:
+        """Which nodes cache bucket/key, in how many blocks, how much of it, and how it is used."""
+        rows = await run(queries.copies, bucket, key)
+        copies = [CopyOut.model_validate(r) for r in rows]
+        return ObjectCacheOut(bucket=bucket, key=key, cached=any(c.state == "ready" for c in copies),
+                              copies=copies)
 
     @api.post("/evict", response_model=Counted, dependencies=auth.write())
     async def evict(body: EvictIn) -> Counted:

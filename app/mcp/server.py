@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ DESCRIPTIONS = {
     "status": "Node status (cache, dirty writes, destage, remote), readiness, fleet nodes by cached bytes.",
     "traffic": "Hit ratio, requests and bytes by tenant, bucket and operation. window_seconds=0: since "
                "the gateway started; >0 (max 300): samples the counters twice that far apart and diffs.",
-    "where_is": "Where is s3://bucket/key: its journal history, node, dirty or durable, attempts, last error.",
+    "where_is": "Where is s3://bucket/key: cached or not and on which node in how many blocks; its journal "
+                "history, dirty or durable, attempts, last error.",
     "destage": "Destage lag (oldest dirty write's age), pending/inflight/failed counts, failed rows and errors.",
     "effective_policy": "The effective policy (revalidation, pinning, write mode...) for s3://bucket/key.",
     "stage": "ACTION (write token): warm s3://bucket/prefix into the cache; returns the staging job.",
@@ -87,6 +89,7 @@ def build(url: str, token: str | None) -> MCPServer:
 
 def serve(url: str, token: str | None, transport: str, host: str, port: int) -> None:
     """Run until stdin closes (stdio) or the process is stopped (http, path /mcp)."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per admin call is noise
     server = build(url, token)
     if transport == "stdio":
         server.run("stdio")

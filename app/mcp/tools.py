@@ -94,7 +94,7 @@ def status(admin: AdminClient) -> dict[str, Any]:
 
 
 def where_is(admin: AdminClient, uri: str) -> dict[str, Any]:
-    """Journal history (versions, node, dirty or durable, attempts, last error) of one key."""
+    """Cache copies (node, blocks, bytes) and journal history (dirty or durable, last error) of a key."""
     bucket, key = parse_target(uri)
     if not key:
         raise ToolFailure("give a key: s3://bucket/key")
@@ -103,13 +103,15 @@ def where_is(admin: AdminClient, uri: str) -> dict[str, Any]:
     dirty = [e for e in admin.get("/admin/journal", bucket=bucket, prefix=key, limit=1000)["entries"]
              if e["key"] == key]
     latest = versions[0] if versions else None
-    return {"bucket": bucket, "key": key, "journaled": bool(versions),
+    cache = admin.get("/admin/cache/object", bucket=bucket, key=key)
+    return {"bucket": bucket, "key": key, "cached": cache["cached"], "cache_copies": cache["copies"],
+            "journaled": bool(versions),
             "state": latest["state"] if latest else None,
             "durable": latest["durable_at"] is not None if latest else None,
             "last_error": next((v["last_error"] for v in versions if v["last_error"]), None),
             "dirty": dirty, "history": versions,
-            "note": "cache residency and block ids are not exposed by the admin API yet; "
-                    "a key never written through Ferry has no journal history"}
+            "note": "history is the write journal: a key never written through Ferry has none; "
+                    "cache_copies lists each node's cache entry (blocks of block_size bytes)"}
 
 
 def destage(admin: AdminClient, limit: int = 50) -> dict[str, Any]:

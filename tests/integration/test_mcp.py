@@ -134,6 +134,11 @@ def test_tools_answer_what_the_admin_api_reports(opener: Opener, api: httpx.Clie
             versions = api.get("/admin/objects", params={"bucket": bucket, "prefix": "mcp/a.txt"}).json()["versions"]
             assert where["history"] == [v for v in versions if v["key"] == "mcp/a.txt"]
             assert where["journaled"] and where["durable"] is True and where["dirty"] == []
+            cache = api.get("/admin/cache/object", params={"bucket": bucket, "key": "mcp/a.txt"}).json()
+            assert where["cached"] is cache["cached"] and where["cache_copies"] == cache["copies"]
+            ready = [c for c in cache["copies"] if c["state"] == "ready"]
+            assert cache["cached"] and len(ready) == 1 and ready[0]["node_id"] != "*", cache
+            assert ready[0]["size"] == 9 and ready[0]["blocks"] == 1 and ready[0]["cached_bytes"] == 9
 
             destage = await _call(session, "destage")
             summary = api.get("/admin/journal/summary").json()

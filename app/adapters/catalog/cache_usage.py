@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import sessionmaker
 
+from app.adapters.catalog.cache_index import SHARED_NODE
 from app.adapters.catalog.tables import CacheEntry, Tenant
 
 
@@ -36,6 +37,23 @@ class CacheUsage:
     tenants: list[TenantUsage]
 
 
+@dataclass(frozen=True)
+class CachedCopy:
+    """One node's cache entry for a key: which node, which version, how much of it is on disk."""
+
+    node_id: str
+    state: str
+    etag: str
+    size: int
+    block_size: int
+    blocks: int
+    cached_bytes: int
+    pinned: bool
+    hits: int
+    last_access: float
+    validated_at: float
+
+
 class CacheUsageQueries:
     def __init__(self, engine: Engine) -> None:
         self.sessions = sessionmaker(engine, expire_on_commit=False)
@@ -61,3 +79,13 @@ class CacheUsageQueries:
                 for t in sorted(tenants.values(), key=lambda t: t.name)]
         rows += [TenantUsage(tid, None, n, b, None) for tid, (n, b) in by_tenant.items() if tid not in tenants]
         return CacheUsage(sum(r.entries for r in nodes), sum(r.bytes for r in nodes), nodes, buckets, rows)
+
+    def copies(self, bucket: str, key: str) -> list[CachedCopy]:
+        """Every node's entry for (bucket, key), fleet-wide, without the shared invalidation tombstone."""
+        stmt = (select(CacheEntry).where(CacheEntry.bucket == bucket, CacheEntry.key == key,
+                                         CacheEntry.node_id != SHARED_NODE).order_by(CacheEntry.node_id))
+        with self.sessions() as s:
+            return [CachedCopy(e.node_id, e.state, e.etag, e.size, e.block_size,
+                               max(1, -(-e.size // max(1, e.block_size))), e.cached_bytes,
+                               bool(e.pinned), e.hits, e.last_access, e.validated_at)
+                    for e in s.scalars(stmt)]
