@@ -25,6 +25,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from app import slowlog
+
 
 class _AllocatedMmapedDict(mmap_dict.MmapedDict):  # type: ignore[misc]
     """prometheus_client's sample file (multiprocess mode), with its disk blocks allocated before
@@ -142,7 +144,8 @@ class RequestStats:
     worker thread (which gets a copy of the context) can still set the outcome.
     """
 
-    __slots__ = ("bytes_in", "bytes_out", "elapsed", "operation", "outcome", "started", "status", "token")
+    __slots__ = ("auth_at", "bucket", "bytes_in", "bytes_out", "elapsed", "first_byte_at", "key", "operation",
+                 "outcome", "started", "status", "token")
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
@@ -152,6 +155,10 @@ class RequestStats:
         self.bytes_in = 0
         self.bytes_out = 0
         self.elapsed = 0.0
+        self.auth_at: float | None = None  # stage marks (perf_counter), for app/slowlog.py
+        self.first_byte_at: float | None = None
+        self.bucket = ""
+        self.key = ""
         self.token: contextvars.Token[RequestStats | None] | None = None
 
     def wrap_receive(self, receive: Callable[[], Any]) -> Callable[[], Any]:
@@ -171,6 +178,7 @@ class RequestStats:
                 self.bytes_out += len(message.get("body", b""))
             elif kind == "http.response.start":
                 self.status = int(message["status"])
+                self.first_byte_at = time.perf_counter()
             elif kind == "http.response.zerocopysend":
                 self.bytes_out += message.get("count") or 0
             elif kind == "http.response.pathsend":
@@ -282,6 +290,15 @@ def set_operation(name: str) -> None:
         stats.operation = name
 
 
+def mark_authorized(bucket: str | None, key: str | None) -> None:
+    """The request being served passed authentication and authorization (a stage for the slow log)."""
+    stats = _CURRENT.get()
+    if stats is not None:
+        stats.auth_at = time.perf_counter()
+        stats.bucket = bucket or ""
+        stats.key = key or ""
+
+
 def set_outcome(outcome: str) -> None:
     """How the request being served was answered: hit, miss, stale, bypass (reads).
 
@@ -330,6 +347,10 @@ def request_finished(stats: RequestStats, *, aborted: bool = False) -> None:
     pending[2].append(elapsed)
     if stats.bytes_in:
         batch.bytes_in[stats.operation] = batch.bytes_in.get(stats.operation, 0) + stats.bytes_in
+    start = stats.started
+    slowlog.record(elapsed, stats.auth_at - start if stats.auth_at is not None else None,
+                   stats.first_byte_at - start if stats.first_byte_at is not None else None,
+                   stats.operation, stats.status, outcome, stats.bucket, stats.key, stats.bytes_in, stats.bytes_out)
     _schedule_flush()
 
 

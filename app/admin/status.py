@@ -11,14 +11,15 @@ worker answering a poll gives the same totals.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse
 
-from app import metrics
+from app import metrics, slowlog
 from app.adapters.catalog.stats import CatalogStats
 from app.admin.auth import Authenticator
 from app.admin.common import run
@@ -147,6 +148,14 @@ def status_router(container: Container, auth: Authenticator | None = None) -> AP
         return HTMLResponse(PAGE, headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
                                            "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
                                            "style-src 'unsafe-inline'; connect-src 'self'; img-src data:"})
+
+    @api.get("/admin/requests/slowest", dependencies=auth.read())
+    async def slowest(limit: Annotated[int, Query(ge=1, le=200)] = 20,
+                      window_seconds: Annotated[float, Query(gt=0, le=86400)] = 3600) -> dict[str, Any]:
+        """This worker's slowest recent S3 requests, with the time spent in each stage."""
+        return {"node_id": container.settings.node_id, "pid": os.getpid(),
+                "slow_seconds": slowlog.SLOW_SECONDS,
+                "requests": slowlog.slowest(limit, time.time() - window_seconds)}
 
     @api.get("/admin/stats", dependencies=auth.read())
     async def stats() -> dict[str, Any]:

@@ -22,7 +22,7 @@ from app.mcp.client import AdminClient, AdminError
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 READ_TOOLS: dict[str, Callable[..., Any]] = {
     "status": tools.status, "traffic": tools.traffic, "where_is": tools.where_is,
-    "destage": tools.destage, "effective_policy": tools.effective_policy,
+    "destage": tools.destage, "slow_requests": tools.slow_requests, "effective_policy": tools.effective_policy,
 }
 ACTION_TOOLS: dict[str, Callable[..., Any]] = {
     "stage": tools.stage, "flush": tools.flush, "evict": tools.evict, "retry": tools.retry,
@@ -34,6 +34,9 @@ DESCRIPTIONS = {
     "where_is": "Where is s3://bucket/key: cached or not and on which node in how many blocks; its journal "
                 "history, dirty or durable, attempts, last error.",
     "destage": "Destage lag (oldest dirty write's age), pending/inflight/failed counts, failed rows and errors.",
+    "slow_requests": "The slowest recent S3 requests with ms per stage: auth (parse+signature+access), "
+                     "lookup (handler until the response starts: catalog, cache, remote, body upload), "
+                     "first_byte, transfer, total. Per gateway worker process.",
     "effective_policy": "The effective policy (revalidation, pinning, write mode...) for s3://bucket/key.",
     "stage": "ACTION (write token): warm s3://bucket/prefix into the cache; returns the staging job.",
     "flush": "ACTION (write token): destage everything under s3://bucket/prefix (or all) and wait.",

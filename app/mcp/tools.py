@@ -121,6 +121,12 @@ def destage(admin: AdminClient, limit: int = 50) -> dict[str, Any]:
     return {"summary": summary, "failed": failed}
 
 
+def slow_requests(admin: AdminClient, limit: int = 20, window_seconds: float = 3600) -> dict[str, Any]:
+    """The slowest recent S3 requests (of the worker that answers) with auth/lookup/transfer stages."""
+    return admin.get("/admin/requests/slowest", limit=max(1, min(limit, 200)),
+                     window_seconds=max(1.0, min(window_seconds, 86400.0)))
+
+
 def effective_policy(admin: AdminClient, uri: str) -> dict[str, Any]:
     bucket, key = parse_target(uri)
     return admin.get("/admin/policies/effective", bucket=bucket, key=key)

@@ -103,6 +103,7 @@ class S3App:
             metrics.set_operation(route.name)
             await self._authenticate(req, scope)
             await self._authorize(route, req)
+            metrics.mark_authorized(req.bucket, req.key)
             response = await route.handler(req, self.gateway)
         except ClientDisconnected:
             return

@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.support.gateway import ADMIN_TOKEN, FERRY, GatewayProcess, free_port
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-READ_TOOLS = {"status", "traffic", "where_is", "destage", "effective_policy"}
+READ_TOOLS = {"status", "traffic", "where_is", "destage", "slow_requests", "effective_policy"}
 ACTIONS = {"stage": {"uri": "s3://b/p/"}, "flush": {"uri": "s3://b/p/"}, "evict": {"uri": "s3://b/p/"},
            "retry": {"seq": 1}}
 Opener = Callable[[str], AbstractAsyncContextManager[ClientSession]]
@@ -144,6 +144,18 @@ def test_tools_answer_what_the_admin_api_reports(opener: Opener, api: httpx.Clie
             summary = api.get("/admin/journal/summary").json()
             assert destage["summary"]["max_seq"] == summary["max_seq"]
             assert destage["failed"] == api.get("/admin/journal", params={"state": "failed", "limit": 50}).json()["entries"]
+
+            slow = await _call(session, "slow_requests", {"limit": 5})
+            admin_slow = api.get("/admin/requests/slowest", params={"limit": 5}).json()["requests"]
+            assert slow["requests"] and len(slow["requests"]) <= 5
+            totals = [r["total_ms"] for r in slow["requests"]]
+            assert totals == sorted(totals, reverse=True) and totals[0] >= admin_slow[-1]["total_ms"]
+            mine = api.get("/admin/requests/slowest", params={"limit": 200}).json()["requests"]
+            get = next(r for r in mine if r["key"] == "mcp/a.txt" and r["operation"] == "GetObject")
+            stages = get["stages_ms"]
+            assert get["bucket"] == bucket and get["status"] == 200 and get["bytes_out"] == 9
+            assert 0 <= stages["auth"] <= stages["first_byte"] <= get["total_ms"]
+            assert stages["lookup"] == pytest.approx(stages["first_byte"] - stages["auth"], abs=0.01)
 
             policy = await _call(session, "effective_policy", {"uri": f"s3://{bucket}/mcp/a.txt"})
             assert policy == api.get("/admin/policies/effective", params={"bucket": bucket, "key": "mcp/a.txt"}).json()
