@@ -53,6 +53,24 @@ def slowest(limit: int = 20, since: float = 0.0) -> list[dict[str, Any]]:
     return [_doc(r) for r in ranked]
 
 
+def _quantile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def latency(since: float = 0.0) -> list[dict[str, Any]]:
+    """Latency per bucket over the remembered requests (the last ``RECENT``) after ``since``."""
+    by_bucket: dict[str, list[float]] = {}
+    for rec in _recent:
+        if rec[0] >= since:
+            by_bucket.setdefault(rec[7], []).append(rec[1])
+    rows = []
+    for bucket, values in sorted(by_bucket.items()):
+        values.sort()
+        rows.append({"bucket": bucket, "requests": len(values), "p50_ms": _ms(_quantile(values, 0.5)),
+                     "p95_ms": _ms(_quantile(values, 0.95)), "max_ms": _ms(values[-1])})
+    return rows
+
+
 def clear() -> None:
     _recent.clear()
     _slow.clear()

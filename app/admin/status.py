@@ -155,7 +155,8 @@ def status_router(container: Container, auth: Authenticator | None = None) -> AP
         """This worker's slowest recent S3 requests, with the time spent in each stage."""
         return {"node_id": container.settings.node_id, "pid": os.getpid(),
                 "slow_seconds": slowlog.SLOW_SECONDS,
-                "requests": slowlog.slowest(limit, time.time() - window_seconds)}
+                "requests": slowlog.slowest(limit, time.time() - window_seconds),
+                "latency_by_bucket": slowlog.latency(time.time() - window_seconds)}
 
     @api.get("/admin/stats", dependencies=auth.read())
     async def stats() -> dict[str, Any]:

@@ -71,12 +71,19 @@ def traffic(admin: AdminClient, window_seconds: float = 0.0) -> dict[str, Any]:
     first = admin.get("/admin/stats")
     if window_seconds <= 0:
         return {"window": "since the gateway started (cumulative counters)", "node_id": first["node_id"],
-                **_traffic_of(first, None)}
+                **_traffic_of(first, None), "latency_by_bucket": _latency(admin, 86400.0)}
     window = min(float(window_seconds), MAX_WINDOW)
     time.sleep(window)
     second = admin.get("/admin/stats")
     return {"window": f"the last {round(second['time'] - first['time'], 3)} s (two samples, diffed)",
-            "node_id": second["node_id"], **_traffic_of(second, first)}
+            "node_id": second["node_id"], **_traffic_of(second, first),
+            "latency_by_bucket": _latency(admin, window)}
+
+
+def _latency(admin: AdminClient, window: float) -> dict[str, Any]:
+    doc = admin.get("/admin/requests/slowest", limit=1, window_seconds=window)
+    return {"rows": doc["latency_by_bucket"],
+            "note": "from the answering worker's last 1024 requests within the window, not all traffic"}
 
 
 def status(admin: AdminClient) -> dict[str, Any]:

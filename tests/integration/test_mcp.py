@@ -127,6 +127,8 @@ def test_tools_answer_what_the_admin_api_reports(opener: Opener, api: httpx.Clie
             admin_row = next(r for r in stats["cache"]["by_bucket"] if r["bucket"] == bucket)
             assert {o: row[o] for o in ("hit", "miss")} == {o: admin_row[o] for o in ("hit", "miss")}
             assert row["hit"] + row["miss"] >= 1
+            lat = next(r for r in traffic["latency_by_bucket"]["rows"] if r["bucket"] == bucket)
+            assert lat["requests"] >= 2 and 0 < lat["p50_ms"] <= lat["max_ms"]
             windowed = await _call(session, "traffic", {"window_seconds": 0.5})
             assert windowed["window"].startswith("the last") and windowed["requests"] >= 0
 
