@@ -92,6 +92,8 @@ def build(url: str, token: str | None) -> MCPServer:
 
 def serve(url: str, token: str | None, transport: str, host: str, port: int) -> None:
     """Run until stdin closes (stdio) or the process is stopped (http, path /mcp)."""
+    if transport not in ("stdio", "http"):
+        raise SystemExit(f"ferry: --transport must be stdio or http, not {transport!r}")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per admin call is noise
     server = build(url, token)
     if transport == "stdio":
