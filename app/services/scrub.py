@@ -16,6 +16,7 @@ from app.adapters.cachestore import CacheStore
 log = logging.getLogger("ferry.cache.scrub")
 
 SCRUB_BYTES_PER_PASS = 32 * 1024 * 1024
+SCRUB_LOCK = "d" * 64  # one scrubbing process per data directory
 
 
 @dataclass
@@ -30,6 +31,16 @@ class Scrub:
     def run(self, budget: int = SCRUB_BYTES_PER_PASS) -> int:
         """Check blocks until ``budget`` bytes were read or every shard was seen once;
         returns the number of blocks dropped."""
+        if not self.store.try_lock(SCRUB_LOCK):
+            return 0  # another worker process of this data directory is scrubbing
+        try:
+            dropped = self._walk(budget)
+        finally:
+            self.store.unlock(SCRUB_LOCK)
+        self.dropped += dropped
+        return dropped
+
+    def _walk(self, budget: int) -> int:
         dropped = read = 0
         for _ in range(256):
             shard = f"{self.shard:02x}"
@@ -43,5 +54,4 @@ class Scrub:
                 read += size
             if read >= budget:
                 break
-        self.dropped += dropped
         return dropped
