@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.adapters.blockformat import DATA_OFFSET, BlockHeader, crc32, parse
+
 LOCK_SPACE = 1 << 40
 
 
@@ -39,21 +41,44 @@ def meta_lock_name(bucket: str, key: str) -> str:
     return hashlib.sha256(("meta\0" + bucket + "\0" + key).encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def file_crc(fd: int, length: int, chunk: int = 1 << 20) -> int:
+    """CRC-32 of ``length`` block bytes of an open block file (after its header)."""
+    value, pos = 0, 0
+    while pos < length:
+        data = os.pread(fd, min(chunk, length - pos), DATA_OFFSET + pos)
+        if not data:
+            break
+        value = crc32(data, value)
+        pos += len(data)
+    return value
+
+
 @dataclass
 class FillFile:
-    """A block being written into ``tmp/``; published by rename once complete."""
+    """A block being written into ``tmp/`` after room for its header; published by rename once
+    complete. ``written`` counts the block's bytes (not the header)."""
 
     name: str
     path: Path
     fd: int
+    index: int = 0
     written: int = 0
+    crc: int = 0
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
+        self.crc = crc32(view, self.crc)
         while view:
             n = os.write(self.fd, view)
             view = view[n:]
             self.written += n
+
+    def seal(self) -> None:
+        """Write the header, then check the bytes on disk against the checksum of the bytes
+        received (a fill-time verify: a bad write is never published)."""
+        os.pwrite(self.fd, BlockHeader(self.name, self.index, self.written, self.crc).pack(), 0)
+        if file_crc(self.fd, self.written) != self.crc:
+            raise OSError(f"block {self.name} does not read back as written")
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -80,23 +105,61 @@ class CacheStore:
         return self.blocks / name[:2] / name
 
     def size_of(self, name: str) -> int | None:
-        """Size of a complete block, or None when it is not cached."""
+        """Length of a complete block whose header is right, or None when it is not cached. A
+        block with a wrong header (another format version, a file of an older data directory,
+        damage) is dropped here, so the caller refetches it."""
         try:
-            return os.stat(self.path(name)).st_size
+            fd = os.open(self.path(name), os.O_RDONLY)
         except FileNotFoundError:
             return None
+        try:
+            size = os.fstat(fd).st_size
+            header = parse(os.pread(fd, DATA_OFFSET, 0))
+        finally:
+            os.close(fd)
+        if header is None or header.name != name or header.length != size - DATA_OFFSET:
+            self.drop_bad(name)
+            return None
+        return header.length
 
     def has(self, name: str, size: int) -> bool:
         return self.size_of(name) == size
 
+    def verify(self, name: str) -> bool | None:
+        """Whether a published block's bytes match its header's checksum (None: not there).
+        A block that does not match is dropped."""
+        try:
+            fd = os.open(self.path(name), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            header = parse(os.pread(fd, DATA_OFFSET, 0))
+            good = (header is not None and header.name == name
+                    and os.fstat(fd).st_size == DATA_OFFSET + header.length
+                    and file_crc(fd, header.length) == header.crc32)
+        finally:
+            os.close(fd)
+        if not good:
+            self.drop_bad(name)
+        return good
+
+    def drop_bad(self, name: str) -> None:
+        """Unlink a block that must not be served (its accounting is the evictor's to correct)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(name))
+
     # ---- filling -----------------------------------------------------------------------------
-    def open_fill(self, name: str) -> FillFile:
+    def open_fill(self, name: str, index: int = 0) -> FillFile:
+        """A fill file with room for the header; its bytes start at ``DATA_OFFSET``."""
         path = self.tmp / f"{name}.{secrets.token_hex(4)}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        return FillFile(name, path, fd)
+        os.pwrite(fd, bytes(DATA_OFFSET), 0)
+        os.lseek(fd, DATA_OFFSET, os.SEEK_SET)
+        return FillFile(name, path, fd, index)
 
     def publish(self, fill: FillFile) -> None:
         """Make a complete block visible (atomic rename); readers holding the tmp file keep it."""
+        fill.seal()
         fill.close()
         final = self.path(fill.name)
         final.parent.mkdir(exist_ok=True)
@@ -108,14 +171,14 @@ class CacheStore:
             os.unlink(fill.path)
 
     def delete(self, name: str) -> int:
-        """Drop a block; returns the bytes freed (0 if it was not there)."""
+        """Drop a block; returns the block bytes freed (0 if it was not there), as accounted."""
         path = self.path(name)
         try:
             size = os.stat(path).st_size
             os.unlink(path)
         except FileNotFoundError:
             return 0
-        return size
+        return max(0, size - DATA_OFFSET)
 
     def clear_stale_tmp(self, older_than: float) -> int:
         """Partial blocks left by a crash are garbage. Only ``tmp/`` is scanned (it holds only
@@ -132,7 +195,7 @@ class CacheStore:
         return removed
 
     def block_files(self, shard: str) -> Iterator[tuple[str, float, int]]:
-        """(name, ctime, size) of the published blocks in one shard directory ("00" .. "ff").
+        """(name, ctime, file size incl. header) of the published blocks in one shard ("00" .. "ff").
         The ctime is when the block was renamed into place (its publication)."""
         if len(shard) != 2 or not all(c in "0123456789abcdef" for c in shard):
             raise ValueError("not a shard name")

@@ -14,6 +14,7 @@ import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from app.adapters.blockformat import DATA_OFFSET
 from app.adapters.cachestore import FillFile
 from app.domain.errors import S3Error
 from app.domain.objects import FileRange
@@ -82,13 +83,13 @@ class Fill:
                 if available > pos:
                     n = min(available - pos, SEND_CHUNK)
                     if file_ranges:
-                        yield FileRange(fd, pos, n)
+                        yield FileRange(fd, DATA_OFFSET + pos, n)
                         pos += n
                         continue
                     if n <= INLINE_READ:
-                        chunk = os.pread(fd, n, pos)
+                        chunk = os.pread(fd, n, DATA_OFFSET + pos)
                     else:
-                        chunk = await asyncio.to_thread(os.pread, fd, n, pos)
+                        chunk = await asyncio.to_thread(os.pread, fd, n, DATA_OFFSET + pos)
                     if not chunk:
                         raise S3Error("InternalError", "a cached block is shorter than recorded")
                     pos += len(chunk)

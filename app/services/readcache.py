@@ -32,6 +32,7 @@ import anyio
 import anyio.to_thread
 
 from app import metrics
+from app.adapters.blockformat import DATA_OFFSET
 from app.adapters.cachestore import CacheStore, block_name, meta_lock_name
 from app.adapters.catalog.cache_index import CacheIndex, Entry
 from app.adapters.remote import RemoteStore, read_available
@@ -44,6 +45,7 @@ from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
 from app.services.budget import DiskReserve
 from app.services.policies import PolicyBook
 from app.services.recording import PendingEntry, Recording, row_id
+from app.services.scrub import Scrub
 
 log = logging.getLogger("ferry.cache")
 T = TypeVar("T")
@@ -58,6 +60,7 @@ ORPHAN_SWEEP_SECONDS = 86400.0  # the orphan sweep runs a minute after start, th
 ORPHAN_NAMES_PER_PASS = 1_000_000  # names held in memory at once (~64 MB); more: more passes
 SWEEP_LOCK = "e" * 64  # one sweeping process per data directory
 SEEN_SECONDS = 86400.0
+SCRUB_EVERY = 10  # upkeep passes (seconds) between scrub calls: at most ~3 MiB/s of reads
 
 
 @dataclass
@@ -124,6 +127,7 @@ class ReadCache:
         self._added_since_check = 0
         self._evicting = False
         self._tasks: list[asyncio.Task[None]] = []
+        self.scrub = Scrub(store)  # checks block bytes in the background; hits check only headers
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
@@ -229,7 +233,7 @@ class ReadCache:
                 return None
             start = max(first, idx * size) - idx * size
             end = min(last, idx * size + length - 1) - idx * size
-            segments.append(FileSegment(str(path), start, end - start + 1))
+            segments.append(FileSegment(str(path), DATA_OFFSET + start, end - start + 1))
         return segments
 
     def _touch(self, entry: Entry) -> None:
@@ -291,15 +295,15 @@ class ReadCache:
             raise S3Error("ServiceUnavailable", "A cached block disappeared while being served.") from exc
         try:
             if length <= INLINE_READ:
-                yield os.pread(fd, length, start)
+                yield os.pread(fd, length, DATA_OFFSET + start)
                 return
             if file_ranges:
-                yield FileRange(fd, start, length)
+                yield FileRange(fd, DATA_OFFSET + start, length)
                 return
             # Slices of a read-only map go to the socket without a copy into Python bytes; the
             # map is freed when the last slice is (block files are never truncated, only unlinked).
             view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
-            pos = start
+            pos, end = DATA_OFFSET + start, DATA_OFFSET + end
             while pos <= end:
                 n = min(SEND_CHUNK, end + 1 - pos)
                 yield view[pos:pos + n]
@@ -345,7 +349,7 @@ class ReadCache:
         row (see app/services/recording.py)."""
         loop = asyncio.get_running_loop()
         try:
-            fill = Fill(name, length, self.store.open_fill(name), loop)
+            fill = Fill(name, length, self.store.open_fill(name, index), loop)
         except BaseException:
             self.store.unlock(name)
             raise
@@ -898,6 +902,8 @@ class ReadCache:
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
                     await self._run(self.sweep_orphans)
+                if passes % SCRUB_EVERY == 0:
+                    await self._run(self.scrub.run)
             except Exception:
                 log.exception("cache upkeep failed")
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from app.adapters.blockformat import DATA_OFFSET
 from tests.support.counting_proxy import CountingProxy
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
 
@@ -737,9 +738,10 @@ def test_the_sweep_deletes_only_block_files_no_entry_accounts_for(proxy: Countin
 
         assert admin_post(gw, "/admin/cache/sweep", {}) == {"entries": 0, "bytes": 0}  # all too recent
         result = admin_post(gw, "/admin/cache/sweep", {"grace_seconds": 0})
-        assert result == {"entries": 3, "bytes": 300_000 + 2000}
+        # Bytes on disk: the orphan block's file holds its 64-byte header (app/adapters/blockformat.py).
+        assert result == {"entries": 3, "bytes": DATA_OFFSET + 300_000 + 2000}
         after = block_files(gw)
-        assert set(after) == set(before) - {n for n, size in before.items() if size == 300_000}
+        assert set(after) == set(before) - {n for n, size in before.items() if size == DATA_OFFSET + 300_000}
         assert 'ferry_cache_evictions_total{reason="orphan"} 3.0' in metrics_text(gw)
 
         proxy.reset()
