@@ -6,7 +6,10 @@
        └──retry / lease lost┘ └──attempts exhausted──▶ FAILED ──operator retry──▶ BUFFERED
 
 Workers change a row with a compare-and-swap on (state, generation); ``ALLOWED`` is the only
-place that says which moves are legal, and the journal refuses any other.
+place that says which moves are legal. Every write of a row's state, bulk moves included, goes
+through ``adapters.catalog.journal_moves.move_rows``, which raises ``IllegalTransition`` for any
+other move before a statement runs. Staying in a state is not a move: an update that keeps the
+state (a lease renewal, "due now") does not write ``state`` at all.
 """
 
 from __future__ import annotations
@@ -35,9 +38,17 @@ ALLOWED: dict[VersionState, frozenset[VersionState]] = {
 DIRTY = (VersionState.BUFFERED, VersionState.DESTAGING, VersionState.FAILED)
 
 
+# Final: no move leaves them, so compaction may delete such rows without a transition.
+TERMINAL = frozenset(s for s, nxt in ALLOWED.items() if not nxt)
+
+
+class IllegalTransition(ValueError):
+    """A move the state table does not allow (a bug in the caller, never a client error)."""
+
+
 def check_transition(current: VersionState, target: VersionState) -> None:
     if target not in ALLOWED[current]:
-        raise ValueError(f"illegal transition {current} -> {target}")
+        raise IllegalTransition(f"illegal transition {current} -> {target}")
 
 
 def backoff_seconds(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
