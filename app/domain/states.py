@@ -14,7 +14,9 @@ state (a lease renewal, "due now") does not write ``state`` at all.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import TypeVar
 
 
 class VersionState(StrEnum):
@@ -46,9 +48,53 @@ class IllegalTransition(ValueError):
     """A move the state table does not allow (a bug in the caller, never a client error)."""
 
 
-def check_transition(current: VersionState, target: VersionState) -> None:
-    if target not in ALLOWED[current]:
+S = TypeVar("S", bound=StrEnum)
+
+
+def check_move(table: Mapping[S, frozenset[S]], current: S, target: S) -> None:
+    """Raise ``IllegalTransition`` unless ``table`` allows ``current -> target``."""
+    if target not in table[current]:
         raise IllegalTransition(f"illegal transition {current} -> {target}")
+
+
+def check_transition(current: VersionState, target: VersionState) -> None:
+    check_move(ALLOWED, current, target)
+
+
+class CacheState(StrEnum):
+    """A cache_entries row: seen once (second-hit admission), ready to serve, or invalid (a write
+    replaced the key; the shared tombstone row is born invalid). A row is born in any of them."""
+
+    SEEN = "seen"
+    READY = "ready"
+    INVALID = "invalid"
+
+
+# Invalidation is the only update of an entry's state; INVALID -> INVALID moves a tombstone's
+# time. Re-discovery replaces the row (delete + insert), it does not move it.
+CACHE_ALLOWED: dict[CacheState, frozenset[CacheState]] = {
+    CacheState.SEEN: frozenset({CacheState.INVALID}),
+    CacheState.READY: frozenset({CacheState.INVALID}),
+    CacheState.INVALID: frozenset({CacheState.INVALID}),
+}
+
+
+class UploadState(StrEnum):
+    """A multipart upload: open for parts, claimed by one Complete, or completed (its result kept
+    so a retried Complete gets the same answer). Born OPEN."""
+
+    OPEN = "open"
+    COMPLETING = "completing"
+    COMPLETED = "completed"
+
+
+# COMPLETING -> OPEN: the Complete failed, died (its claim ran out) or its node restarted. A
+# takeover of a run-out claim rewrites the claim, not the state.
+UPLOAD_ALLOWED: dict[UploadState, frozenset[UploadState]] = {
+    UploadState.OPEN: frozenset({UploadState.COMPLETING}),
+    UploadState.COMPLETING: frozenset({UploadState.OPEN, UploadState.COMPLETED}),
+    UploadState.COMPLETED: frozenset(),
+}
 
 
 def backoff_seconds(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
