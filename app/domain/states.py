@@ -39,6 +39,15 @@ ALLOWED: dict[VersionState, frozenset[VersionState]] = {
 # Not yet on the remote: served locally, counted against the write buffer, never evicted.
 DIRTY = (VersionState.BUFFERED, VersionState.DESTAGING, VersionState.FAILED)
 
+# The admin API's words for the dirty states (``status`` and ``?state=`` of /admin/journal, the
+# summary's counters), kept for API compatibility. This is the one place the two vocabularies
+# meet: everything else (journal, metrics labels, logs, docs) says the domain's words.
+API_WORDS: dict[VersionState, str] = {
+    VersionState.BUFFERED: "pending",
+    VersionState.DESTAGING: "inflight",
+    VersionState.FAILED: "failed",
+}
+
 
 # Final: no move leaves them, so compaction may delete such rows without a transition.
 TERMINAL = frozenset(s for s, nxt in ALLOWED.items() if not nxt)

@@ -18,9 +18,6 @@ from app.adapters.catalog.tables import ObjectVersion
 from app.domain.states import DIRTY, VersionState
 
 DIRTY_VALUES = tuple(s.value for s in DIRTY)
-# Operator words for the dirty states.
-STATE_NAMES = {"pending": VersionState.BUFFERED.value, "inflight": VersionState.DESTAGING.value,
-               "failed": VersionState.FAILED.value}
 
 
 def _aware(when: datetime) -> datetime:
