@@ -95,12 +95,9 @@ def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote
 def make_executor(settings: Settings, journal: Journal, destager: Destager) -> EmbeddedExecutor | CeleryExecutor:
     """In-process unless a broker is configured; then destage runs in Celery workers."""
     if settings.broker_url:
-        from workers.celery_app import app as celery_app
+        from app.taskqueue import destage_sender  # imports Celery only in fleet mode
 
-        def send(seq: int) -> None:
-            celery_app.send_task("ferry.destage", args=[seq])
-
-        return CeleryExecutor(send)
+        return CeleryExecutor(destage_sender())
     # A SQLite catalog in the data dir holds only this dir's rows, whatever node id wrote them
     # (a hostname that changed); a shared catalog holds every node's, and the sweep takes its own.
     shared = not settings.effective_database_url.startswith("sqlite")
