@@ -9,12 +9,11 @@ from typing import Annotated, Any, Literal, get_args
 
 from fastapi import APIRouter, Path, Query
 
-from app.adapters.catalog.journal_queries import DIRTY_VALUES, JournalEntry, JournalQueries, age_seconds
+from app.adapters.catalog.journal_queries import DIRTY_VALUES, JournalEntry, age_seconds
 from app.admin.auth import Authenticator
 from app.admin.common import Out, Prefix, Text, run
 from app.bootstrap import Container
 from app.domain.states import API_WORDS, VersionState
-from app.services.durability import Durability
 
 # The API's words (see ``domain.states.API_WORDS``, the one mapping); spelled out for the schema.
 StateName = Literal["pending", "inflight", "failed"]
@@ -83,8 +82,8 @@ def _entry(e: JournalEntry, now: float) -> EntryOut:
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    queries = JournalQueries(container.catalog.engine)
-    durability = Durability(container.journal, container.executor)
+    queries = container.admin.journal
+    durability = container.admin.durability
     node_id = container.settings.node_id
     api = APIRouter(prefix="/admin", tags=["journal"])
 
