@@ -15,17 +15,24 @@ from sqlalchemy.exc import IntegrityError
 from app.adapters.blobstore import BlobStore
 from app.adapters.cachestore import CacheStore
 from app.adapters.catalog.cache_index import CacheIndex
+from app.adapters.catalog.cache_usage import CacheUsageQueries
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
+from app.adapters.catalog.journal_queries import JournalQueries
 from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.policies import PolicyRepo
+from app.adapters.catalog.remotes import RemoteRepo
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.staging import StagingRepo
+from app.adapters.catalog.stats import CatalogStats
+from app.adapters.catalog.tenants import TenantRepo
+from app.adapters.catalog.tokens import TokenRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
 from app.services.budget import DiskReserve, WriteBudget
 from app.services.destage import Destager
+from app.services.durability import Durability
 from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
 from app.services.partcopies import PartCopies
@@ -40,6 +47,21 @@ log = logging.getLogger("ferry")
 BOOTSTRAP_TENANT = "default"
 
 
+@dataclass(frozen=True)
+class AdminParts:
+    """What the admin routers read and change, built here so that routers build nothing."""
+
+    tokens: TokenRepo
+    owners: OwnerRepo
+    tenants: TenantRepo
+    remotes: RemoteRepo
+    staging: StagingRepo
+    cache_usage: CacheUsageQueries
+    journal: JournalQueries
+    stats: CatalogStats
+    durability: Durability
+
+
 @dataclass
 class Container:
     settings: Settings
@@ -52,9 +74,10 @@ class Container:
     gateway: Gateway
     policy_repo: PolicyRepo
     policies: PolicyBook
-    cache: ReadCache | None = None
-    staging: StagingRunner | None = None  # the admin API's warm-up jobs
-    upload_expiry: UploadExpiry | None = None  # run by the journal sweeper (in-process or beat)
+    cache: ReadCache
+    staging: StagingRunner  # the admin API's warm-up jobs
+    upload_expiry: UploadExpiry  # run by the journal sweeper (in-process or beat)
+    admin: AdminParts
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
@@ -95,12 +118,9 @@ def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote
 def make_executor(settings: Settings, journal: Journal, destager: Destager) -> EmbeddedExecutor | CeleryExecutor:
     """In-process unless a broker is configured; then destage runs in Celery workers."""
     if settings.broker_url:
-        from workers.celery_app import app as celery_app
+        from app.taskqueue import destage_sender  # imports Celery only in fleet mode
 
-        def send(seq: int) -> None:
-            celery_app.send_task("ferry.destage", args=[seq])
-
-        return CeleryExecutor(send)
+        return CeleryExecutor(destage_sender())
     # A SQLite catalog in the data dir holds only this dir's rows, whatever node id wrote them
     # (a hostname that changed); a shared catalog holds every node's, and the sweep takes its own.
     shared = not settings.effective_database_url.startswith("sqlite")
@@ -148,6 +168,14 @@ def make_tenancy(settings: Settings, engine: Engine) -> Tenancy:
                    refresh_seconds=settings.tenancy_refresh_seconds)
 
 
+def make_admin_parts(settings: Settings, engine: Engine, staging: StagingRepo, journal: Journal,
+                     executor: EmbeddedExecutor | CeleryExecutor) -> AdminParts:
+    return AdminParts(tokens=TokenRepo(engine), owners=OwnerRepo(engine, BOOTSTRAP_TENANT), tenants=TenantRepo(engine),
+                      remotes=RemoteRepo(engine), staging=staging, cache_usage=CacheUsageQueries(engine),
+                      journal=JournalQueries(engine), stats=CatalogStats(engine, settings.node_id),
+                      durability=Durability(journal, executor))
+
+
 def build(settings: Settings) -> Container:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
@@ -172,10 +200,12 @@ def build(settings: Settings) -> Container:
                                          tenant_uploads=settings.tenant_max_uploads),
                       disk=disk_reserve(settings))
     ensure_bootstrap_key(catalog, settings)
-    staging = StagingRunner(StagingRepo(engine), remote, gateway, settings.node_id)
+    staging_repo = StagingRepo(engine)
+    staging = StagingRunner(staging_repo, remote, gateway, settings.node_id)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
     if isinstance(executor, EmbeddedExecutor):
         executor.chores.append(expiry.sweep)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
                      policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
-                     upload_expiry=expiry)
+                     upload_expiry=expiry,
+                     admin=make_admin_parts(settings, engine, staging_repo, journal, executor))

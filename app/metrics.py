@@ -26,6 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from app import slowlog
+from app.domain.states import DIRTY
 
 
 class _AllocatedMmapedDict(mmap_dict.MmapedDict):  # type: ignore[misc]
@@ -540,8 +541,8 @@ class CatalogCollector:
         yield from (cached, pinned, entries, quota, info)
         versions = GaugeMetricFamily("ferry_dirty_versions", "Journal rows not yet on the remote, by state",
                                      labels=["state"])
-        for state in ("buffered", "destaging", "failed"):
-            versions.add_metric([state], s.dirty_versions.get(state, 0))
+        for state in DIRTY:
+            versions.add_metric([state.value], s.dirty_versions.get(state.value, 0))
         yield versions
         yield GaugeMetricFamily("ferry_dirty_bytes", "Bytes written by clients and not yet durable on the remote",
                                 value=s.dirty_bytes)

@@ -1,43 +1,14 @@
-"""The Celery application of fleet mode (``celery -A workers.celery_app worker``).
+"""The Celery worker entry point of fleet mode (``celery -A workers.celery_app worker``).
 
-The broker comes from FERRY_BROKER_URL. Buffered bytes live on the node that accepted them, so
-each node's destage tasks go to that node's own queue (``ferry.<node id>``), which the node's
-worker consumes by default. Beat runs the outbox sweeper.
+The application itself (broker, node queues, beat schedule) is ``app.taskqueue``'s, shared with
+the gateway that sends to it; this module adds the task modules the worker runs.
 """
 
 from __future__ import annotations
 
-from celery import Celery
+from app.taskqueue import celery_app, node_queue
 
-from app.config import get_settings
-from app.services.executor import compaction_interval
+__all__ = ["app", "node_queue"]
 
-
-def node_queue(node_id: str) -> str:
-    return f"ferry.{node_id}"
-
-
-def make_celery() -> Celery:
-    settings = get_settings()
-    settings.require_node_id()  # worker and beat route by it: never a hostname of their own
-    broker = settings.broker_url or "redis://127.0.0.1:6379/0"
-    app = Celery("ferry", broker=broker, include=["workers.tasks"])
-    app.conf.update(
-        task_default_queue=node_queue(settings.node_id),
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        worker_prefetch_multiplier=1,
-        task_serializer="json",
-        accept_content=["json"],
-        broker_connection_retry_on_startup=True,
-        beat_schedule={
-            "ferry-sweep": {"task": "ferry.sweep", "schedule": settings.sweep_interval},
-            "ferry-compact": {"task": "ferry.compact",
-                              "schedule": compaction_interval(settings.journal_retention_seconds,
-                                                              settings.sweep_interval)},
-        },
-    )
-    return app
-
-
-app = make_celery()
+app = celery_app()
+app.conf.update(include=["workers.tasks"])

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Path, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.adapters.catalog.tokens import TOKEN_PREFIX, TokenInfo, TokenRepo
+from app.adapters.catalog.tokens import TOKEN_PREFIX, TokenInfo
 from app.admin.common import Model, Name, Out, run
 from app.bootstrap import Container
 
@@ -48,7 +48,7 @@ def expand(scopes: list[str]) -> frozenset[str]:
 class Authenticator:
     def __init__(self, container: Container) -> None:
         self.env_token = container.settings.admin_token
-        self.tokens = TokenRepo(container.catalog.engine)
+        self.tokens = container.admin.tokens
 
     async def identify(self, credentials: HTTPAuthorizationCredentials | None) -> Principal:
         if credentials is None or not credentials.credentials:

@@ -12,10 +12,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from app.adapters.catalog.owners import OwnerInfo, OwnerRepo
+from app.adapters.catalog.owners import OwnerInfo
 from app.admin.auth import Authenticator
 from app.admin.common import BUCKET_PATTERN, NAME_PATTERN, Model, Name, Out, run
-from app.bootstrap import BOOTSTRAP_TENANT, Container
+from app.bootstrap import Container
 
 BucketPath = Annotated[str, Path(pattern=BUCKET_PATTERN)]
 TenantFilter = Annotated[str | None, Query(pattern=NAME_PATTERN)]
@@ -33,7 +33,7 @@ class OwnerOut(Out):
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    repo = OwnerRepo(container.catalog.engine, BOOTSTRAP_TENANT)
+    repo = container.admin.owners
     tenancy = container.gateway.tenancy
     api = APIRouter(prefix="/admin/buckets", tags=["buckets"])
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field
 
-from app.adapters.catalog.cache_usage import CacheUsage, CacheUsageQueries
+from app.adapters.catalog.cache_usage import CacheUsage
 from app.admin.auth import Authenticator
 from app.admin.common import BucketName, Counted, Model, Out, Prefix, Text, run
 from app.bootstrap import Container
@@ -72,23 +72,14 @@ class SweepIn(Model):
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    queries = CacheUsageQueries(container.catalog.engine)
+    queries = container.admin.cache_usage
     api = APIRouter(prefix="/admin/cache", tags=["cache"])
-
-    def engine() -> Any:
-        cache = getattr(container, "cache", None)
-        if cache is None:
-            raise HTTPException(503, "the read cache is not available in this build")
-        return cache
 
     @api.get("/usage", response_model=UsageOut, dependencies=auth.read())
     async def usage() -> UsageOut:
         """Cached bytes per node, bucket and tenant (with each tenant's quota), from the catalog."""
         u: CacheUsage = await run(queries.usage)
-        local = None
-        cache = getattr(container, "cache", None)
-        if cache is not None and hasattr(cache, "usage"):
-            local = jsonable_encoder(await run(cache.usage))
+        local = jsonable_encoder(await run(container.cache.usage))
         return UsageOut(entries=u.entries, bytes=u.bytes, capacity_bytes=container.settings.cache_bytes,
                         nodes=[UsageRowOut.model_validate(r) for r in u.nodes],
                         buckets=[UsageRowOut.model_validate(r) for r in u.buckets],
@@ -105,13 +96,13 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     @api.post("/evict", response_model=Counted, dependencies=auth.write())
     async def evict(body: EvictIn) -> Counted:
         """Drop cached objects under bucket/prefix on this node (the next read fetches again)."""
-        entries, nbytes = await run(engine().evict_prefix, body.bucket, body.prefix)
+        entries, nbytes = await run(container.cache.evict_prefix, body.bucket, body.prefix)
         return Counted(entries=entries, bytes=nbytes)
 
     @api.post("/wipe", response_model=Counted, dependencies=auth.write())
     async def wipe() -> Counted:
         """Drop this node's whole read cache. Buffered writes are kept."""
-        entries, nbytes = await run(engine().wipe)
+        entries, nbytes = await run(container.cache.wipe)
         return Counted(entries=entries, bytes=nbytes)
 
     @api.post("/sweep", response_model=Counted, dependencies=auth.write())
@@ -119,7 +110,7 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         """Delete block files that no cache entry of this node accounts for (left by a crash
         between an entry's delete and the unlink of its blocks). Also runs daily on its own."""
         grace = body.grace_seconds if body is not None else SweepIn().grace_seconds
-        files, nbytes = await run(engine().sweep_orphans, grace)
+        files, nbytes = await run(container.cache.sweep_orphans, grace)
         return Counted(entries=files, bytes=nbytes)
 
     return api

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import APIRouter, Path, Query
 
-from app.adapters.catalog.journal_queries import DIRTY_VALUES, STATE_NAMES, JournalEntry, JournalQueries, age_seconds
+from app.adapters.catalog.journal_queries import DIRTY_VALUES, JournalEntry, age_seconds
 from app.admin.auth import Authenticator
 from app.admin.common import Out, Prefix, Text, run
 from app.bootstrap import Container
-from app.services.durability import Durability
+from app.domain.states import API_WORDS, VersionState
 
+# The API's words (see ``domain.states.API_WORDS``, the one mapping); spelled out for the schema.
 StateName = Literal["pending", "inflight", "failed"]
 SeqPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
 ObjectsBucket = Annotated[Text, Query()]
@@ -26,7 +27,9 @@ SeqQuery = Annotated[int, Query(ge=0, le=2**63 - 1)]
 OptSeqQuery = Annotated[int | None, Query(ge=0, le=2**63 - 1)]
 FlushTimeout = Annotated[float, Query(gt=0, le=86400)]
 
-_OPERATOR_NAME = {v: k for k, v in STATE_NAMES.items()}
+_DOMAIN_STATE = {word: state.value for state, word in API_WORDS.items()}
+_API_WORD = {state.value: word for state, word in API_WORDS.items()}
+assert set(get_args(StateName)) == set(_DOMAIN_STATE), "StateName must list domain.states.API_WORDS"
 
 
 class EntryOut(Out):
@@ -73,14 +76,14 @@ class FlushOut(Out):
 def _entry(e: JournalEntry, now: float) -> EntryOut:
     next_in = max(0.0, round(e.next_attempt_at - now, 3)) if e.state == "buffered" else None
     return EntryOut(seq=e.seq, bucket=e.bucket, key=e.key, op=e.op, state=e.state,
-                    status=_OPERATOR_NAME.get(e.state, e.state), size=e.size, node_id=e.node_id,
+                    status=_API_WORD.get(e.state, e.state), size=e.size, node_id=e.node_id,
                     attempts=e.attempts, last_error=e.last_error, created_at=e.created_at,
                     age_seconds=age_seconds(e.created_at, now), next_attempt_in_seconds=next_in)
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    queries = JournalQueries(container.catalog.engine)
-    durability = Durability(container.journal, container.executor)
+    queries = container.admin.journal
+    durability = container.admin.durability
     node_id = container.settings.node_id
     api = APIRouter(prefix="/admin", tags=["journal"])
 
@@ -89,7 +92,7 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
                       limit: Limit = 100, after_seq: SeqQuery = 0) -> EntriesOut:
         """Writes not yet on the remote, oldest first: ``pending`` (buffered, waiting or backing
         off), ``inflight`` (being uploaded), ``failed`` (refused by the remote; retry after fixing)."""
-        states = [STATE_NAMES[state]] if state else list(DIRTY_VALUES)
+        states = [_DOMAIN_STATE[state]] if state else list(DIRTY_VALUES)
         rows = await run(queries.entries, states, bucket, prefix, limit, after_seq)
         now = time.time()
         return EntriesOut(entries=[_entry(e, now) for e in rows])
@@ -102,7 +105,8 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         """
         s = await run(queries.summary, bucket, prefix, upto_seq)
         max_seq = await run(container.journal.max_seq)
-        pending, inflight, failed = s.counts["buffered"], s.counts["destaging"], s.counts["failed"]
+        pending, inflight, failed = (s.counts[state.value] for state in
+                                     (VersionState.BUFFERED, VersionState.DESTAGING, VersionState.FAILED))
         return SummaryOut(counts=s.counts, pending=pending, inflight=inflight, failed=failed,
                           outstanding=pending + inflight, dirty_objects=s.dirty_objects, dirty_bytes=s.dirty_bytes,
                           oldest_dirty_seq=s.oldest_dirty_seq,

@@ -76,14 +76,13 @@ class EffectiveOut(Out):
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    repo: PolicyRepo = getattr(container, "policy_repo", None) or PolicyRepo(container.catalog.engine)
-    book = getattr(container, "policies", None)
-    defaults: Policy = getattr(book, "defaults", None) or Policy(mode=container.settings.default_mode)
+    repo: PolicyRepo = container.policy_repo
+    book = container.policies
+    defaults: Policy = book.defaults
     api = APIRouter(prefix="/admin/policies", tags=["policies"])
 
     def changed() -> None:
-        if book is not None:
-            book.invalidate()
+        book.invalidate()
 
     async def save(rule: PolicyRule) -> PolicyRule:
         try:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import AfterValidator, Field, StringConstraints
 
-from app.adapters.catalog.remotes import MappingInfo, RemoteInfo, RemoteRepo
+from app.adapters.catalog.remotes import MappingInfo, RemoteInfo
 from app.adapters.remote import RemoteConfig
 from app.admin.auth import Authenticator
 from app.admin.common import BUCKET_PATTERN, BucketName, Model, Name, Out, Text, run
@@ -119,7 +119,7 @@ async def _check(cfg: RemoteConfig, bucket: str | None) -> CheckOut:
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    repo = RemoteRepo(container.catalog.engine)
+    repo = container.admin.remotes
     settings = container.settings
     api = APIRouter(prefix="/admin", tags=["remotes"])
 

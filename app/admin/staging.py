@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Path, Query
 
-from app.adapters.catalog.staging import JobInfo, StagingRepo
-from app.adapters.catalog.tenants import TenantRepo
+from app.adapters.catalog.staging import JobInfo
 from app.admin.auth import Authenticator
 from app.admin.common import BucketName, Model, Name, Out, Prefix, run
 from app.bootstrap import Container
@@ -75,22 +74,16 @@ def job_out(job: JobInfo, now: float | None = None) -> JobOut:
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    repo = StagingRepo(container.catalog.engine)
-    tenants = TenantRepo(container.catalog.engine)
+    repo = container.admin.staging
+    tenants = container.admin.tenants
+    staging = container.staging
     api = APIRouter(prefix="/admin/staging", tags=["staging"])
-
-    def runner() -> object:
-        staging = getattr(container, "staging", None)
-        if staging is None:
-            raise HTTPException(503, "staging is not available in this process")
-        return staging
 
     @api.post("", response_model=JobOut, status_code=201, dependencies=auth.write())
     async def create_job(body: StageIn) -> JobOut:
         """Start warming bucket/prefix on this node; progress is in ``GET /admin/staging/{id}``."""
-        staging = runner()
         tenant_id = await run(tenants.id_of, body.tenant) if body.tenant else None
-        job = await staging.start(body.bucket, body.prefix, tenant_id)  # type: ignore[attr-defined]
+        job = await staging.start(body.bucket, body.prefix, tenant_id)
         return job_out(job)
 
     @api.get("", response_model=list[JobOut], dependencies=auth.read())
@@ -106,8 +99,7 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     @api.post("/{job_id}/cancel", response_model=JobOut, dependencies=auth.write())
     async def cancel_job(job_id: JobIdPath) -> JobOut:
         """Stop a queued or running job (409 when it has finished); what it warmed stays cached."""
-        staging = getattr(container, "staging", None)
-        job = await staging.cancel(job_id) if staging is not None else await run(repo.cancel, job_id)
+        job = await staging.cancel(job_id)
         return job_out(job)
 
     return api

@@ -42,7 +42,7 @@ def catalog_collector(container: Container) -> metrics.CatalogCollector:
     entry = _COLLECTORS.get(id(container))
     if entry is None or entry[0] is not container:
         settings = container.settings
-        collector = metrics.CatalogCollector(CatalogStats(container.catalog.engine, settings.node_id),
+        collector = metrics.CatalogCollector(container.admin.stats,
                                              write_buffer_bytes=settings.write_buffer_bytes,
                                              cache_budget_bytes=settings.cache_bytes)
         entry = _COLLECTORS[id(container)] = (container, collector)

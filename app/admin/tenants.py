@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from app.adapters.catalog.tenants import KeyInfo, TenantInfo, TenantRepo
+from app.adapters.catalog.tenants import KeyInfo, TenantInfo
 from app.admin.auth import Authenticator
 from app.admin.common import ACCESS_KEY_PATTERN, NAME_PATTERN, AccessKey, ByteCount, Model, Name, Out, run
 from app.bootstrap import Container
@@ -58,7 +58,7 @@ class KeySecretOut(KeyOut):
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    repo = TenantRepo(container.catalog.engine)
+    repo = container.admin.tenants
     catalog = container.catalog
     api = APIRouter(prefix="/admin", tags=["tenants"])
 

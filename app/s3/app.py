@@ -10,12 +10,11 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio.to_thread
 
 from app import metrics
-from app.adapters.catalog.repo import Catalog
 from app.domain.errors import S3Error
 from app.domain.objects import FileRange, FileSegment
 from app.logs import REQUEST_ID, new_request_id
@@ -62,8 +61,17 @@ def access_key_of(headers: dict[str, str], query_string: bytes) -> str | None:
     return qmatch.group(1).decode("latin-1") if qmatch else None
 
 
+class AccessKeys(Protocol):
+    """What the edge needs to authenticate: a key's (secret, tenant id). The composition root
+    passes the catalog; the protocol layer knows nothing of where keys are stored."""
+
+    def lookup_key(self, access_key: str) -> tuple[str | None, int | None]: ...
+
+    def cached_key(self, access_key: str) -> tuple[str | None, int | None] | None: ...
+
+
 class S3App:
-    def __init__(self, gateway: Gateway, catalog: Catalog, *, domain: str | None = None,
+    def __init__(self, gateway: Gateway, catalog: AccessKeys, *, domain: str | None = None,
                  max_skew_seconds: int = 900, body_timeout: float | None = None) -> None:
         self.gateway = gateway
         self.body_timeout = body_timeout

@@ -49,6 +49,7 @@ from app.domain.objects import (
 )
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
+from app.domain.states import UploadState
 from app.services.budget import CURRENT_TENANT, DiskReserve, Reservation, WriteBudget, slow_down
 from app.services.budget import NONE as NO_RESERVATION
 from app.services.destage import Destager, UploadSpec, upload
@@ -962,7 +963,7 @@ class Gateway:
 def _not_open(state: str | None, upload_id: str) -> S3Error:
     """S3's answers for an upload that is no longer open: a Complete in progress conflicts
     (409 OperationAborted, retryable); a completed, aborted or unknown upload is NoSuchUpload."""
-    if state == "completing":
+    if state == UploadState.COMPLETING:
         return S3Error("OperationAborted", "A CompleteMultipartUpload of this upload is in progress.")
     return S3Error("NoSuchUpload", UploadId=upload_id)
 

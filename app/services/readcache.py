@@ -41,6 +41,7 @@ from app.domain.errors import S3Error
 from app.domain.objects import FileRange, FileSegment, ObjectMeta
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
+from app.domain.states import CacheState
 from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
 from app.services.budget import DiskReserve
 from app.services.policies import PolicyBook
@@ -137,7 +138,7 @@ class ReadCache:
         """The entry to serve and why ('hit', 'stale'), or (None, 'miss') when the remote must be read.
         ``known``: the index row the caller already looked up (None: there is none; LOOKUP: ask)."""
         entry = await self._run(self.index.get, bucket, key) if known is LOOKUP else known
-        if entry is None or entry.state != "ready":
+        if entry is None or entry.state != CacheState.READY:
             return None, "miss"
         if policy.is_fresh(entry.validated_at, time.time()):
             return entry, "hit"
@@ -412,7 +413,7 @@ class ReadCache:
                 published = True
                 metrics.remote_fetched(length)
                 now = self.index.get(entry.bucket, entry.key)
-                if now is None or now.id != accounted or now.state != "ready":
+                if now is None or now.id != accounted or now.state != CacheState.READY:
                     # Evicted or replaced between the accounting and the rename: nobody would
                     # reclaim this file.
                     self.store.delete(name)
@@ -558,7 +559,7 @@ class ReadCache:
             # A point lookup: inline on the raw SQLite connection, a thread otherwise.
             old = (self.index.get(bucket, key) if self.index.lookups is not None
                    else await self._run(self.index.get, bucket, key))
-            if old is not None and old.state == "ready" and (
+            if old is not None and old.state == CacheState.READY and (
                     old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
                 return old  # another process discovered it while we waited
             index = (first_byte // self.block_size) if first_byte is not None else 0

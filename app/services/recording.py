@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from app.adapters.catalog.cache_index import Entry
 from app.domain.objects import ObjectMeta
+from app.domain.states import CacheState
 
 SETTLE_TIMEOUT = 120.0  # a fill never waits longer than this for its entry's row
 
@@ -40,7 +41,7 @@ class Recording:
         now = time.time()
         meta = self.meta
         return PendingEntry(0, self.bucket, meta.key, meta.etag, meta.size, self.block_size, meta, self.tenant_id,
-                            "ready", self.cached_bytes, now, now, recording=self)
+                            CacheState.READY, self.cached_bytes, now, now, recording=self)
 
     def settle(self, entry_id: int | None) -> None:
         self.entry_id = entry_id

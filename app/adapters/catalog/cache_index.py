@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.tables import CacheEntry, ObjectVersion, Tenant
 from app.domain.objects import ObjectMeta
-from app.domain.states import DIRTY
+from app.domain.states import CACHE_ALLOWED, DIRTY, CacheState, IllegalTransition, check_move
 
 SHARED_NODE = "*"  # tombstones of writes: visible to every node's discoveries
 T = CacheEntry.__table__
@@ -42,7 +42,7 @@ class Entry:
     block_size: int
     meta: ObjectMeta
     tenant_id: int | None
-    state: str
+    state: CacheState
     cached_bytes: int
     validated_at: float
     last_access: float
@@ -72,9 +72,14 @@ def meta_from_json(key: str, size: int, etag: str, text: str) -> ObjectMeta:
                       storage_class=data.get("storage_class", "STANDARD"), parts_count=data.get("parts_count"))
 
 
+# Rows that may own block files: the orphan sweep counts them as accounted for.
+_HOLDS_BLOCKS = (CacheState.READY.value, CacheState.INVALID.value)
+
+
 def _entry(row: Any) -> Entry:
     return Entry(row.id, row.bucket, row.key, row.etag, row.size, row.block_size,
-                 meta_from_json(row.key, row.size, row.etag, row.meta_json), row.tenant_id, row.state,
+                 meta_from_json(row.key, row.size, row.etag, row.meta_json), row.tenant_id,
+                 CacheState(row.state),
                  row.cached_bytes, row.validated_at, row.last_access)
 
 
@@ -99,14 +104,28 @@ _COLUMNS = (T.c.id, T.c.bucket, T.c.key, T.c.etag, T.c.size, T.c.block_size, T.c
             T.c.state, T.c.cached_bytes, T.c.validated_at, T.c.last_access)
 
 
+def move_entries(conn: Connection, froms: Iterable[CacheState], to: CacheState,
+                 *where: Any, **values: Any) -> int:
+    """The one writer of a cache entry's state: moves the rows matching ``where`` that are in
+    one of ``froms`` to ``to``, each (from, to) checked against ``CACHE_ALLOWED`` first."""
+    declared = frozenset(CacheState(f) for f in froms)
+    if not declared:
+        raise IllegalTransition(f"a move to {to} must declare the states it leaves")
+    for current in sorted(declared):
+        check_move(CACHE_ALLOWED, current, to)
+    stmt = (update(T).where(T.c.state.in_(sorted(s.value for s in declared)), *where)
+            .values(state=to.value, **values))
+    return int(conn.execute(stmt).rowcount or 0)
+
+
 def invalidate_key(conn: Connection, bucket: str, key: str) -> None:
     """Inside the caller's transaction (e.g. the journal's commit of a write, so a buffered
     write pays one commit): every node's entry of the key turns invalid, and the shared
     tombstone's time moves to now."""
     now = time.time()
-    conn.execute(update(T).where(T.c.bucket == bucket, T.c.key == key).values(state="invalid", validated_at=now))
+    move_entries(conn, CacheState, CacheState.INVALID, T.c.bucket == bucket, T.c.key == key, validated_at=now)
     values = {"node_id": SHARED_NODE, "bucket": bucket, "key": key, "etag": "", "size": 0, "block_size": 1,
-              "meta_json": "{}", "tenant_id": None, "state": "invalid", "pinned": False, "cached_bytes": 0,
+              "meta_json": "{}", "tenant_id": None, "state": CacheState.INVALID.value, "pinned": False, "cached_bytes": 0,
               "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
     dialect = conn.dialect.name
     if dialect == "postgresql":
@@ -135,14 +154,14 @@ class CacheIndex:
         # put_ready runs once per miss: statements built once compile once (cache key memoized).
         self._written_since = (select(func.count()).select_from(T)
                                .where(T.c.bucket == bindparam("b"), T.c.key == bindparam("k"),
-                                      T.c.state == "invalid", T.c.validated_at >= bindparam("since")))
+                                      T.c.state == CacheState.INVALID.value, T.c.validated_at >= bindparam("since")))
         # A buffered write of the key is newer than anything the remote can have answered.
         self._dirty_write = (select(V.c.seq).where(V.c.bucket == bindparam("b"), V.c.key == bindparam("k"),
                                                    V.c.state.in_([s.value for s in DIRTY])).limit(1))
         self._delete_own = delete(T).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
                                            T.c.key == bindparam("k"))
         self._insert = insert(T)
-        self._add_bytes = (update(T).where(T.c.id == bindparam("eid"), T.c.state == "ready")
+        self._add_bytes = (update(T).where(T.c.id == bindparam("eid"), T.c.state == CacheState.READY.value)
                            .values(cached_bytes=T.c.cached_bytes + bindparam("nbytes")))
 
     @contextlib.contextmanager
@@ -174,7 +193,7 @@ class CacheIndex:
         now = time.time()
         values = {"node_id": self.node_id, "bucket": bucket, "key": meta.key, "etag": meta.etag,
                   "version_id": meta.version_id, "size": meta.size, "block_size": block_size,
-                  "meta_json": meta_to_json(meta), "tenant_id": tenant_id, "state": "ready", "pinned": pinned,
+                  "meta_json": meta_to_json(meta), "tenant_id": tenant_id, "state": CacheState.READY.value, "pinned": pinned,
                   "cached_bytes": cached_bytes, "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
         for _ in range(3):
             with self._begin() as conn:
@@ -187,7 +206,7 @@ class CacheIndex:
                     row_id = conn.execute(self._insert, values).inserted_primary_key[0]
                 except IntegrityError:
                     continue  # another process inserted between delete and insert: retry
-            return Entry(int(row_id), bucket, meta.key, meta.etag, meta.size, block_size, meta, tenant_id, "ready",
+            return Entry(int(row_id), bucket, meta.key, meta.etag, meta.size, block_size, meta, tenant_id, CacheState.READY,
                          cached_bytes, now, now)
         return self.get(bucket, meta.key)
 
@@ -197,11 +216,11 @@ class CacheIndex:
         with self._begin() as conn:
             row = conn.execute(self._get, {"n": self.node_id, "b": bucket, "k": key}).first()
             if row is not None:
-                return row.state == "seen"
+                return row.state == CacheState.SEEN.value
             try:
                 conn.execute(insert(T).values(
                     node_id=self.node_id, bucket=bucket, key=key, etag="", size=0, block_size=1, meta_json="{}",
-                    tenant_id=tenant_id, state="seen", pinned=False, cached_bytes=0, created_at=now,
+                    tenant_id=tenant_id, state=CacheState.SEEN.value, pinned=False, cached_bytes=0, created_at=now,
                     validated_at=now, last_access=now, hits=0))
             except IntegrityError:
                 return True
@@ -261,7 +280,7 @@ class CacheIndex:
         """(id, bucket, key, etag, size, block_size) of this node's rows that may own block files
         (ready or invalid), in id order: what the orphan sweep counts as accounted for."""
         q = (select(T.c.id, T.c.bucket, T.c.key, T.c.etag, T.c.size, T.c.block_size)
-             .where(T.c.node_id == self.node_id, T.c.state.in_(("ready", "invalid")), T.c.id > after_id)
+             .where(T.c.node_id == self.node_id, T.c.state.in_(_HOLDS_BLOCKS), T.c.id > after_id)
              .order_by(T.c.id).limit(limit))
         with self.engine.connect() as conn:
             return [(int(r[0]), r[1], r[2], r[3], int(r[4]), int(r[5])) for r in conn.execute(q)]
@@ -270,27 +289,27 @@ class CacheIndex:
         """How many blocks this node's ready and invalid rows name (present or not)."""
         blocks = (T.c.size + T.c.block_size - 1) // T.c.block_size
         q = select(func.coalesce(func.sum(blocks), 0), func.count()).where(
-            T.c.node_id == self.node_id, T.c.state.in_(("ready", "invalid")))
+            T.c.node_id == self.node_id, T.c.state.in_(_HOLDS_BLOCKS))
         with self.engine.connect() as conn:
             total, rows = conn.execute(q).one()
         return max(int(total or 0), int(rows or 0))
 
     def invalid_entries(self, limit: int = 500) -> list[Entry]:
-        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state == "invalid").limit(limit)
+        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state == CacheState.INVALID.value).limit(limit)
         with self.engine.connect() as conn:
             return [_entry(r) for r in conn.execute(q)]
 
     def expire_tombstones(self, older_than: float, seen_older_than: float) -> int:
         with self._begin() as conn:
             gone = conn.execute(delete(T).where(T.c.node_id == SHARED_NODE, T.c.validated_at < older_than)).rowcount
-            gone += conn.execute(delete(T).where(T.c.node_id == self.node_id, T.c.state == "seen",
+            gone += conn.execute(delete(T).where(T.c.node_id == self.node_id, T.c.state == CacheState.SEEN.value,
                                                  T.c.last_access < seen_older_than)).rowcount
             return gone
 
     def lru(self, limit: int, *, tenant_id: int | None = None, bucket: str | None = None,
             after: tuple[float, int] | None = None) -> list[Entry]:
         """Least recently used ready entries of this node (optionally one tenant's or bucket's)."""
-        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state == "ready", T.c.cached_bytes > 0)
+        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state == CacheState.READY.value, T.c.cached_bytes > 0)
         if tenant_id is not None:
             q = q.where(T.c.tenant_id == tenant_id)
         if bucket is not None:
@@ -303,7 +322,7 @@ class CacheIndex:
 
     def under(self, bucket: str, prefix: str, after_key: str | None, limit: int) -> list[Entry]:
         """This node's entries of a bucket under a prefix, in key order (revalidation, evict)."""
-        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.bucket == bucket, T.c.state == "ready")
+        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.bucket == bucket, T.c.state == CacheState.READY.value)
         if prefix:
             q = q.where(T.c.key >= prefix, T.c.key < prefix + "\U0010ffff")
         if after_key is not None:
@@ -313,7 +332,7 @@ class CacheIndex:
             return [_entry(r) for r in conn.execute(q) if r.key.startswith(prefix)]
 
     def buckets(self) -> list[str]:
-        q = select(T.c.bucket).where(T.c.node_id == self.node_id, T.c.state == "ready").distinct()
+        q = select(T.c.bucket).where(T.c.node_id == self.node_id, T.c.state == CacheState.READY.value).distinct()
         with self.engine.connect() as conn:
             return [r[0] for r in conn.execute(q)]
 
@@ -335,7 +354,7 @@ class CacheIndex:
     def usage(self) -> dict[str, Any]:
         """Cached bytes and entries by node, bucket and tenant (every node's rows)."""
         out: dict[str, Any] = {}
-        ready = T.c.state == "ready"
+        ready = T.c.state == CacheState.READY.value
         with self.engine.connect() as conn:
             for name, column in (("node", T.c.node_id), ("bucket", T.c.bucket), ("tenant", T.c.tenant_id)):
                 rows = conn.execute(select(column, func.count(), func.coalesce(func.sum(T.c.cached_bytes), 0))
@@ -348,6 +367,6 @@ class CacheIndex:
         mine = T.c.node_id == self.node_id
         with self._begin() as conn:
             count = conn.execute(select(func.count()).select_from(T).where(
-                mine, T.c.state.in_(("ready", "invalid")))).scalar()
+                mine, T.c.state.in_(_HOLDS_BLOCKS))).scalar()
             conn.execute(delete(T).where(mine))
             return int(count or 0)

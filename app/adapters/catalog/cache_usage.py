@@ -9,6 +9,7 @@ from sqlalchemy.orm import sessionmaker
 
 from app.adapters.catalog.cache_index import SHARED_NODE
 from app.adapters.catalog.tables import CacheEntry, Tenant
+from app.domain.states import CacheState
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class CacheUsageQueries:
         self.sessions = sessionmaker(engine, expire_on_commit=False)
 
     def usage(self) -> CacheUsage:
-        ready = CacheEntry.state == "ready"
+        ready = CacheEntry.state == CacheState.READY.value
         pinned = func.coalesce(func.sum(CacheEntry.cached_bytes).filter(CacheEntry.pinned.is_(True)), 0)
 
         def grouped(column: object) -> list[UsageRow]:

@@ -23,9 +23,10 @@ from sqlalchemy.orm import aliased, sessionmaker
 
 from app.adapters.catalog.cache_index import invalidate_key
 from app.adapters.catalog.hotpath import SqliteLookups
+from app.adapters.catalog.journal_moves import move_rows
 from app.adapters.catalog.repo import UploadClaim, finish_upload
 from app.adapters.catalog.tables import MultipartPart, ObjectVersion
-from app.domain.states import DIRTY, VersionState
+from app.domain.states import DIRTY, TERMINAL, VersionState
 
 DIRTY_VALUES = tuple(s.value for s in DIRTY)
 
@@ -278,17 +279,14 @@ class Journal:
             if self.is_postgres:
                 s.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _key_lock_id(row.bucket, row.key)})
             other = aliased(ObjectVersion)
-            result = s.execute(
-                update(ObjectVersion)
-                .where(ObjectVersion.seq == seq, ObjectVersion.state == VersionState.BUFFERED.value,
-                       ObjectVersion.generation == row.generation,
-                       ~exists().where(other.bucket == row.bucket, other.key == row.key, other.seq != seq,
-                                       other.state == VersionState.DESTAGING.value, other.lease_until > now))
-                .values(state=VersionState.DESTAGING.value, generation=ObjectVersion.generation + 1,
-                        lease_until=now + lease_seconds, attempts=ObjectVersion.attempts + 1)
-                .execution_options(synchronize_session=False)
-            )
-            if result.rowcount != 1:
+            moved = move_rows(
+                s.connection(), [VersionState.BUFFERED], VersionState.DESTAGING,
+                ObjectVersion.seq == seq, ObjectVersion.generation == row.generation,
+                ~exists().where(other.bucket == row.bucket, other.key == row.key, other.seq != seq,
+                                other.state == VersionState.DESTAGING.value, other.lease_until > now),
+                generation=ObjectVersion.generation + 1, lease_until=now + lease_seconds,
+                attempts=ObjectVersion.attempts + 1)
+            if moved != 1:
                 return None
         return self.get(seq)
 
@@ -299,7 +297,14 @@ class Journal:
                                                              ObjectVersion.seq > row.seq)))
 
     def renew(self, row: VersionRow, lease_seconds: float) -> bool:
-        return self._cas(row, VersionState.DESTAGING, lease_until=time.time() + lease_seconds, bump=False)
+        """Extend a DESTAGING row's lease (no move: the state is not written)."""
+        with self.sessions.begin() as s:
+            result = s.execute(
+                update(ObjectVersion)
+                .where(ObjectVersion.seq == row.seq, ObjectVersion.state == VersionState.DESTAGING.value,
+                       ObjectVersion.generation == row.generation)
+                .values(lease_until=time.time() + lease_seconds).execution_options(synchronize_session=False))
+            return result.rowcount == 1
 
     def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None, *,
                      invalidate_cache: bool = False) -> bool:
@@ -307,7 +312,7 @@ class Journal:
         move in the same commit: a discovery that fetched the remote before this version landed
         (so it may hold the older one) then never records it (see CacheIndex.put_ready)."""
         then = (lambda conn: invalidate_key(conn, row.bucket, row.key)) if invalidate_cache else None
-        return self._cas(row, VersionState.DESTAGING, then=then, state=VersionState.DURABLE.value,
+        return self.move(row, VersionState.DURABLE, expected=VersionState.DESTAGING, then=then,
                          remote_etag=remote_etag, remote_version_id=remote_version, durable_at=datetime.now(UTC),
                          last_error=None, lease_until=0.0)
 
@@ -320,26 +325,25 @@ class Journal:
             return result.rowcount == 1
 
     def mark_superseded(self, row: VersionRow) -> bool:
-        return self._cas(row, row.state, state=VersionState.SUPERSEDED.value, lease_until=0.0)
+        """The row's state (as read) -> SUPERSEDED; raises if the table forbids it (a final row)."""
+        return self.move(row, VersionState.SUPERSEDED, lease_until=0.0)
 
     def mark_retry(self, row: VersionRow, error: str, retry_at: float, *, failed: bool) -> bool:
         target = VersionState.FAILED if failed else VersionState.BUFFERED
-        return self._cas(row, VersionState.DESTAGING, state=target.value, last_error=error[:2000],
+        return self.move(row, target, expected=VersionState.DESTAGING, last_error=error[:2000],
                          next_attempt_at=retry_at, lease_until=0.0)
 
-    def _cas(self, row: VersionRow, expected: VersionState, *, bump: bool = True,
+    def move(self, row: VersionRow, target: VersionState, *, expected: VersionState | None = None,
              then: Callable[[Connection], None] | None = None, **values: Any) -> bool:
-        """Compare-and-swap on (state, generation); ``then`` runs in the same commit if it won."""
-        if bump:
-            values["generation"] = ObjectVersion.generation + 1
+        """Compare-and-swap ``expected`` (default: ``row.state`` as read) -> ``target`` on (state,
+        generation), checked against the state table (an illegal move raises); ``then`` runs in
+        the same commit if it won."""
+        current = row.state if expected is None else expected
         with self.sessions.begin() as s:
-            result = s.execute(
-                update(ObjectVersion)
-                .where(ObjectVersion.seq == row.seq, ObjectVersion.state == expected.value,
-                       ObjectVersion.generation == row.generation)
-                .values(**values).execution_options(synchronize_session=False)
-            )
-            if result.rowcount != 1:
+            moved = move_rows(s.connection(), [current], target, ObjectVersion.seq == row.seq,
+                              ObjectVersion.generation == row.generation,
+                              generation=ObjectVersion.generation + 1, **values)
+            if moved != 1:
                 return False
             if then is not None:
                 then(s.connection())
@@ -349,31 +353,28 @@ class Journal:
         """DESTAGING rows whose worker died (lease ran out) go back to BUFFERED."""
         now = time.time() if now is None else now
         with self.sessions.begin() as s:
-            result = s.execute(
-                update(ObjectVersion)
-                .where(ObjectVersion.state == VersionState.DESTAGING.value, ObjectVersion.lease_until < now)
-                .values(state=VersionState.BUFFERED.value, generation=ObjectVersion.generation + 1,
-                        next_attempt_at=now, last_error="destage lease expired (worker lost)")
-                .execution_options(synchronize_session=False)
-            )
-            return int(result.rowcount or 0)
+            return move_rows(s.connection(), [VersionState.DESTAGING], VersionState.BUFFERED,
+                             ObjectVersion.lease_until < now, generation=ObjectVersion.generation + 1,
+                             next_attempt_at=now, last_error="destage lease expired (worker lost)")
 
     def retry_now(self, bucket: str | None = None, prefix: str = "", include_failed: bool = True) -> int:
-        """Make buffered (and failed) rows due immediately: the flush and retry buttons."""
-        states = [VersionState.BUFFERED.value] + ([VersionState.FAILED.value] if include_failed else [])
-        cond = [ObjectVersion.state.in_(states)]
+        """Make buffered (and failed) rows due immediately: the flush and retry buttons. Buffered
+        rows stay buffered (no move, state not written); failed ones move FAILED -> BUFFERED."""
+        cond: list[Any] = []
         if bucket:
             cond.append(ObjectVersion.bucket == bucket)
         if prefix:
             cond.append(and_(ObjectVersion.key >= prefix, ObjectVersion.key < prefix + "\U0010ffff"))
+        reset = {"next_attempt_at": 0.0, "attempts": 0, "generation": ObjectVersion.generation + 1}
         with self.sessions.begin() as s:
-            result = s.execute(
-                update(ObjectVersion).where(*cond)
-                .values(state=VersionState.BUFFERED.value, next_attempt_at=0.0, attempts=0,
-                        generation=ObjectVersion.generation + 1)
-                .execution_options(synchronize_session=False)
-            )
-            return int(result.rowcount or 0)
+            conn = s.connection()
+            # Buffered first, so rows the second statement moves are not counted (or bumped) twice.
+            done = int(conn.execute(update(ObjectVersion).where(
+                ObjectVersion.state == VersionState.BUFFERED.value, *cond).values(**reset)
+                .execution_options(synchronize_session=False)).rowcount or 0)
+            if include_failed:
+                done += move_rows(conn, [VersionState.FAILED], VersionState.BUFFERED, *cond, **reset)
+            return done
 
     # ---- compaction ----------------------------------------------------------------------------
     def compact(self, retention_seconds: float, now: datetime | None = None, batch: int = 1000) -> int:
@@ -397,7 +398,7 @@ class Journal:
     def _compactable(cutoff: datetime, batch: int) -> Any:
         row, older, newer = aliased(ObjectVersion), aliased(ObjectVersion), aliased(ObjectVersion)
         return (select(row.seq).where(
-            row.state.in_((VersionState.DURABLE.value, VersionState.SUPERSEDED.value)),
+            row.state.in_(sorted(s.value for s in TERMINAL)),  # final: deleting them skips no move
             func.coalesce(row.durable_at, row.created_at) < cutoff,
             ~exists().where(older.bucket == row.bucket, older.key == row.key, older.seq < row.seq,
                             older.state.in_(DIRTY_VALUES)),

@@ -9,17 +9,15 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import sessionmaker
 
 from app.adapters.catalog.errors import Conflict, NotFound
+from app.adapters.catalog.journal_moves import move_rows
 from app.adapters.catalog.tables import ObjectVersion
-from app.domain.states import DIRTY, VersionState, check_transition
+from app.domain.states import DIRTY, VersionState
 
 DIRTY_VALUES = tuple(s.value for s in DIRTY)
-# Operator words for the dirty states.
-STATE_NAMES = {"pending": VersionState.BUFFERED.value, "inflight": VersionState.DESTAGING.value,
-               "failed": VersionState.FAILED.value}
 
 
 def _aware(when: datetime) -> datetime:
@@ -99,14 +97,10 @@ class JournalQueries:
             current = VersionState(row.state)
             if current != VersionState.FAILED:
                 raise Conflict(f"journal row {seq} is {current.value}, not failed")
-            check_transition(current, VersionState.BUFFERED)
-            result = s.execute(update(ObjectVersion)
-                               .where(ObjectVersion.seq == seq, ObjectVersion.state == current.value,
-                                      ObjectVersion.generation == row.generation)
-                               .values(state=VersionState.BUFFERED.value, attempts=0, next_attempt_at=0.0,
-                                       generation=ObjectVersion.generation + 1)
-                               .execution_options(synchronize_session=False))
-            if result.rowcount != 1:
+            moved = move_rows(s.connection(), [current], VersionState.BUFFERED, ObjectVersion.seq == seq,
+                              ObjectVersion.generation == row.generation, attempts=0, next_attempt_at=0.0,
+                              generation=ObjectVersion.generation + 1)
+            if moved != 1:
                 raise Conflict(f"journal row {seq} changed concurrently; try again")
         with self.sessions() as s:
             r = s.get(ObjectVersion, seq)

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, and_, delete, or_, select, update
+from sqlalchemy import Connection, Engine, delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant
 from app.domain.objects import PartInfo, UploadInfo
+from app.domain.states import UPLOAD_ALLOWED, IllegalTransition, UploadState, check_move
 
 SECRET_CACHE_SECONDS = 5.0
 
@@ -64,16 +65,32 @@ class UploadClaim:
 ClaimOutcome = Literal["claimed", "completed", "busy", "gone"]
 
 
+def move_uploads(conn: Connection, froms: Iterable[UploadState], to: UploadState, *where: Any, **values: Any) -> int:
+    """The one writer of a multipart upload's state: moves the rows matching ``where`` that are
+    in one of ``froms`` to ``to``, each (from, to) checked against ``UPLOAD_ALLOWED`` first."""
+    declared = frozenset(UploadState(f) for f in froms)
+    if not declared:
+        raise IllegalTransition(f"a move to {to} must declare the states it leaves")
+    for current in sorted(declared):
+        check_move(UPLOAD_ALLOWED, current, to)
+    t = MultipartUpload.__table__
+    stmt = (update(t).where(t.c.state.in_(sorted(s.value for s in declared)), *where)
+            .values(state=to.value, **values))
+    return int(conn.execute(stmt).rowcount or 0)
+
+
+_NO_CLAIM = {"claim": None, "claim_until": None, "claim_node": None}
+
+
 def finish_upload(conn: Connection, claim: UploadClaim) -> list[str]:
     """In the caller's transaction: turn a claimed upload into its kept result and drop its part
     rows (their blobs are now the object's, or the caller deletes them). Raises ClaimLost when
     the claim is no longer this Complete's, so that transaction rolls back."""
     t = MultipartUpload.__table__
-    done = conn.execute(update(t).where(t.c.upload_id == claim.upload_id, t.c.state == "completing",
-                                        t.c.claim == claim.token)
-                        .values(state="completed", result_json=claim.result.as_json(), completed_at=utcnow(),
-                                claim=None, claim_until=None, claim_node=None))
-    if done.rowcount != 1:
+    done = move_uploads(conn, [UploadState.COMPLETING], UploadState.COMPLETED, t.c.upload_id == claim.upload_id,
+                        t.c.claim == claim.token, result_json=claim.result.as_json(), completed_at=utcnow(),
+                        **_NO_CLAIM)
+    if done != 1:
         raise ClaimLost(claim.upload_id)
     p = MultipartPart.__table__
     blobs = list(conn.scalars(select(p.c.blob).where(p.c.upload_id == claim.upload_id)))
@@ -154,14 +171,14 @@ class Catalog:
         with self.sessions.begin() as s:
             s.add(MultipartUpload(upload_id=upload_id, bucket=bucket, key=key, tenant_id=tenant_id,
                                   initiated_at=now, headers_json=json.dumps(headers),
-                                  checksum_algorithm=checksum_algorithm, state="open",
+                                  checksum_algorithm=checksum_algorithm, state=UploadState.OPEN.value,
                                   node_id=self.node_id))
         return UploadInfo(upload_id, bucket, key, now, checksum_algorithm)
 
     def get_upload(self, upload_id: str) -> tuple[UploadInfo, dict[str, object]] | None:
         with self.sessions() as s:
             row = s.get(MultipartUpload, upload_id)
-            if row is None or row.state != "open":
+            if row is None or row.state != UploadState.OPEN.value:
                 return None
             info = UploadInfo(row.upload_id, row.bucket, row.key, _aware(row.initiated_at),
                               row.checksum_algorithm)
@@ -170,7 +187,7 @@ class Catalog:
     def remote_upload(self, upload_id: str) -> str | None:
         with self.sessions() as s:
             return s.scalar(select(MultipartUpload.remote_upload_id).where(
-                MultipartUpload.upload_id == upload_id, MultipartUpload.state != "completed"))
+                MultipartUpload.upload_id == upload_id, MultipartUpload.state != UploadState.COMPLETED.value))
 
     def claim_remote_upload(self, upload_id: str, remote_upload_id: str) -> str | None:
         """Record the remote upload of this upload unless one is recorded already (several
@@ -178,7 +195,7 @@ class Catalog:
         with self.sessions.begin() as s:
             s.execute(update(MultipartUpload).where(MultipartUpload.upload_id == upload_id,
                                                     MultipartUpload.remote_upload_id.is_(None),
-                                                    MultipartUpload.state == "open")
+                                                    MultipartUpload.state == UploadState.OPEN.value)
                       .values(remote_upload_id=remote_upload_id))
             return s.scalar(select(MultipartUpload.remote_upload_id).where(MultipartUpload.upload_id == upload_id))
 
@@ -204,9 +221,10 @@ class Catalog:
         """Lock the upload row if it is open, reopening it first if a dead Complete's claim has
         run out (its claimer, if alive after all, then loses its commit: ClaimLost)."""
         u = MultipartUpload
-        locked = s.execute(update(u).where(u.upload_id == upload_id, or_(
-            u.state == "open", and_(u.state == "completing", u.claim_until < time.time())))
-            .values(state="open", claim=None, claim_until=None, claim_node=None))
+        move_uploads(s.connection(), [UploadState.COMPLETING], UploadState.OPEN, u.upload_id == upload_id,
+                     u.claim_until < time.time(), **_NO_CLAIM)
+        locked = s.execute(update(u).where(u.upload_id == upload_id, u.state == UploadState.OPEN.value)
+                           .values(**_NO_CLAIM))
         if locked.rowcount != 1:  # type: ignore[attr-defined]
             raise UploadNotOpen(s.scalar(select(MultipartUpload.state)
                                          .where(MultipartUpload.upload_id == upload_id)))
@@ -239,7 +257,7 @@ class Catalog:
     def list_uploads(self, bucket: str, prefix: str = "", key_marker: str | None = None,
                      limit: int = 1000) -> list[UploadInfo]:
         stmt = select(MultipartUpload).where(MultipartUpload.bucket == bucket,
-                                             MultipartUpload.state.in_(("open", "completing")))
+                                             MultipartUpload.state.in_((UploadState.OPEN.value, UploadState.COMPLETING.value)))
         with self.sessions() as s:
             rows: Sequence[MultipartUpload] = s.scalars(stmt).all()
         out = [UploadInfo(r.upload_id, r.bucket, r.key, _aware(r.initiated_at), r.checksum_algorithm)
@@ -268,36 +286,36 @@ class Catalog:
         now = time.time()
         u = MultipartUpload
         with self.sessions.begin() as s:
-            won = s.execute(update(u).where(u.upload_id == upload_id, u.bucket == bucket, u.key == key, or_(
-                u.state == "open", and_(u.state == "completing", u.claim_until < now)))
-                .values(state="completing", claim=token, claim_until=now + lease_seconds, claim_node=self.node_id))
+            mine = {"claim": token, "claim_until": now + lease_seconds, "claim_node": self.node_id}
+            this = (u.upload_id == upload_id, u.bucket == bucket, u.key == key)
+            won = move_uploads(s.connection(), [UploadState.OPEN], UploadState.COMPLETING, *this, **mine)
+            if won == 0:  # take over a claim that ran out: the claim changes hands, the state stays
+                won = s.execute(update(u).where(*this, u.state == UploadState.COMPLETING.value, u.claim_until < now)
+                                .values(**mine)).rowcount  # type: ignore[attr-defined]
             row = s.get(u, upload_id)
             if row is None or (row.bucket, row.key) != (bucket, key):
                 return "gone", None
-            if won.rowcount == 1:  # type: ignore[attr-defined]
+            if won == 1:
                 info = UploadInfo(row.upload_id, row.bucket, row.key, _aware(row.initiated_at),
                                   row.checksum_algorithm)
                 return "claimed", (info, json.loads(row.headers_json))
-            if row.state == "completed" and row.result_json:
+            if row.state == UploadState.COMPLETED.value and row.result_json:
                 return "completed", CompletedUpload.from_json(row.result_json)
             return "busy", None
 
     def release_claim(self, upload_id: str, token: str) -> None:
         """A Complete that failed (bad part list, remote refusal) hands the upload back."""
         with self.sessions.begin() as s:
-            s.execute(update(MultipartUpload).where(MultipartUpload.upload_id == upload_id,
-                                                    MultipartUpload.state == "completing",
-                                                    MultipartUpload.claim == token)
-                      .values(state="open", claim=None, claim_until=None, claim_node=None))
+            move_uploads(s.connection(), [UploadState.COMPLETING], UploadState.OPEN,
+                         MultipartUpload.upload_id == upload_id, MultipartUpload.claim == token, **_NO_CLAIM)
 
     def release_claims_of_node(self) -> int:
         """Crash recovery at start, before any process of this node serves: claims this node
         holds belong to Completes that died with the previous run, so their uploads reopen."""
         u = MultipartUpload
         with self.sessions.begin() as s:
-            done = s.execute(update(u).where(u.state == "completing", u.claim_node == self.node_id)
-                             .values(state="open", claim=None, claim_until=None, claim_node=None))
-            return int(done.rowcount)  # type: ignore[attr-defined]
+            return move_uploads(s.connection(), [UploadState.COMPLETING], UploadState.OPEN,
+                                u.claim_node == self.node_id, **_NO_CLAIM)
 
     def finish_upload(self, claim: UploadClaim) -> list[str]:
         """Write-through: the object is on the remote; keep the result, return the part blobs."""
@@ -312,14 +330,14 @@ class Catalog:
         """Open uploads of this node started before the cutoff (abandoned: the expiry aborts them)."""
         with self.sessions() as s:
             return list(s.scalars(select(MultipartUpload.upload_id).where(
-                MultipartUpload.state == "open", MultipartUpload.initiated_at < initiated_before, self._mine())))
+                MultipartUpload.state == UploadState.OPEN.value, MultipartUpload.initiated_at < initiated_before, self._mine())))
 
     def forget_completed(self, completed_before: datetime) -> int:
         """Drop kept Complete results older than the retention (a repeated Complete then gets
         NoSuchUpload, as from S3 long after the fact)."""
         with self.sessions.begin() as s:
             gone = s.execute(delete(MultipartUpload).where(
-                MultipartUpload.state == "completed", MultipartUpload.completed_at < completed_before,
+                MultipartUpload.state == UploadState.COMPLETED.value, MultipartUpload.completed_at < completed_before,
                 self._mine()))
             return int(gone.rowcount)  # type: ignore[attr-defined]
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Engine, case, func, or_, select
 
 from app.adapters.catalog.tables import CacheEntry, MultipartPart, ObjectVersion, StagingJob, Tenant
-from app.domain.states import DIRTY
+from app.domain.states import DIRTY, CacheState
 from app.metrics import NodeStats, TenantUsage
 
 _DIRTY_VALUES = tuple(s.value for s in DIRTY)
@@ -38,7 +38,7 @@ class CatalogStats:
             select(CacheEntry.tenant_id,
                    func.coalesce(func.sum(CacheEntry.cached_bytes), 0),
                    func.coalesce(func.sum(case((CacheEntry.pinned, CacheEntry.cached_bytes), else_=0)), 0),
-                   func.coalesce(func.sum(case((CacheEntry.state == "ready", 1), else_=0)), 0))
+                   func.coalesce(func.sum(case((CacheEntry.state == CacheState.READY.value, 1), else_=0)), 0))
             .where(CacheEntry.node_id == node_id)
             .group_by(CacheEntry.tenant_id)
         )

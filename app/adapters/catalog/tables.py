@@ -22,6 +22,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from app.domain.states import CacheState, UploadState
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -73,7 +75,7 @@ class MultipartUpload(Base):
     initiated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     headers_json: Mapped[str] = mapped_column(Text, default="{}")
     checksum_algorithm: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    state: Mapped[str] = mapped_column(String(16), default="open")
+    state: Mapped[str] = mapped_column(String(16), default=UploadState.OPEN.value)
     # The remote multipart upload that parts are copied to as they arrive (write-back), so the
     # remote holds most of the object by the time the client completes it.
     remote_upload_id: Mapped[str | None] = mapped_column(String(1024), nullable=True)
@@ -192,7 +194,7 @@ class CacheEntry(Base):
     block_size: Mapped[int] = mapped_column(BigInteger)
     meta_json: Mapped[str] = mapped_column(Text, default="{}")
     tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    state: Mapped[str] = mapped_column(String(8), default="ready")
+    state: Mapped[str] = mapped_column(String(8), default=CacheState.READY.value)
     pinned: Mapped[bool] = mapped_column(Boolean, default=False)
     cached_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
