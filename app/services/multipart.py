@@ -23,7 +23,7 @@ from app.domain.objects import (
     PartInfo,
     UploadInfo,
 )
-from app.domain.ranges import ByteRange
+from app.domain.ranges import WHOLE, RangeRequest
 from app.services.bodies import (
     CLAIM_POLL_SECONDS,
     COMPLETE_CLAIM_SECONDS,
@@ -153,9 +153,7 @@ class MultipartService(GatewayCore):
         source = await self.head_object(src_bucket, src_key)
         check(source)
         rng = _parse_copy_range(src_range, source.size)
-        header = f"bytes={rng[0]}-{rng[1]}" if rng else None
-        read = await self.get_object(src_bucket, src_key, header,
-                                     lambda size: ByteRange(rng[0], rng[1], size) if rng else None)
+        read = await self.get_object(src_bucket, src_key, RangeRequest.span(*rng) if rng else WHOLE)
         expected = ExpectedDigests(declared_size=(rng[1] - rng[0] + 1) if rng else source.size)
         received = await self.receive(StreamBody(read.stream), expected, MAX_PUT_SIZE)
         result = await self._store_part(upload_id, number, received, bucket, key)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 
 from app import metrics
 from app.adapters.catalog.journal import VersionRow
 from app.adapters.remote import read_available
+from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.names import validate_key
 from app.domain.objects import (
@@ -16,7 +17,7 @@ from app.domain.objects import (
     PartAttributes,
 )
 from app.domain.policy import Policy
-from app.domain.ranges import ByteRange
+from app.domain.ranges import WHOLE, RangeRequest
 from app.services.bodies import (
     READ_CHUNK,
     ObjectRead,
@@ -73,27 +74,30 @@ class ReadsService(GatewayCore):
             return row, None
         return None, self.cache.index.get(bucket, key)
 
-    async def get_object(self, bucket: str, key: str, range_header: str | None,
-                         byte_range: Callable[[int], ByteRange | None], tenant_id: int | None = None, *,
-                         file_ranges: bool = False) -> ObjectRead:
-        """Open the object; ``byte_range(size)`` turns the Range header into what to serve. With
-        ``file_ranges`` a cached read's stream may yield ``FileRange`` items instead of bytes."""
+    async def get_object(self, bucket: str, key: str, rng: RangeRequest = WHOLE, tenant_id: int | None = None,
+                         *, conditions: Conditions = NO_CONDITIONS, file_ranges: bool = False) -> ObjectRead:
+        """Open the object, serving ``rng`` (parsed at the edge). A buffered version judges
+        ``conditions`` before anything is opened; other reads leave them to the caller, who has
+        the metadata once the object is open. With ``file_ranges`` a cached read's stream may
+        yield ``FileRange`` items instead of bytes."""
         validate_key(key)
         policy = self.policy(bucket, key)
         row, entry = await self._lookup(bucket, key, policy)
         if row is not None:
-            local = await self._open_local(row, range_header, byte_range)
+            meta = _local_meta(row)
+            conditions.check(meta.etag, meta.last_modified)
+            local = await self._open_local(row, rng)
             if local is not None:
                 return local
             entry = None  # destaged meanwhile: look the cache up again
         if self.cache is not None and policy.caches:
-            cached = await self.cache.read(bucket, key, range_header, byte_range, policy, tenant_id,
+            cached = await self.cache.read(bucket, key, rng.header, rng.resolve, policy, tenant_id,
                                            entry if row is None else LOOKUP, file_ranges=file_ranges)
             if cached is not None:
                 return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files)
         elif self.cache is not None:
             metrics.cache_outcome("bypass", bucket, tenant_id)
-        return await self._get_remote(bucket, key, range_header, byte_range)
+        return await self._get_remote(bucket, key, rng)
 
     async def warm_object(self, bucket: str, key: str, tenant_id: int | None = None) -> int:
         """Staging: cache every block of the object now; returns the bytes fetched (0 if fresh)."""
@@ -103,8 +107,8 @@ class ReadsService(GatewayCore):
             return 0
         return await self.cache.warm(bucket, key, policy, tenant_id)
 
-    async def _get_remote(self, bucket: str, key: str, range_header: str | None,
-                          byte_range: Callable[[int], ByteRange | None]) -> ObjectRead:
+    async def _get_remote(self, bucket: str, key: str, rng: RangeRequest) -> ObjectRead:
+        range_header = rng.header
         try:
             meta, body = await self._run(self.remote.get_object, bucket, key, range_header)
         except S3Error as err:
@@ -113,18 +117,17 @@ class ReadsService(GatewayCore):
                 raise
             # A suffix range of an empty object is the (empty) object in S3; some remotes say 416.
             meta, body = await self._run(self.remote.get_object, bucket, key, None)
-        rng = byte_range(meta.size) if range_header else None
-        if rng is None and range_header and meta.size:
+        served = rng.resolve(meta.size)
+        if served is None and range_header and meta.size:
             # The remote served a range we consider invalid syntax: re-open whole.
             body.close()
             meta, body = await self._run(self.remote.get_object, bucket, key, None)
-        return ObjectRead(meta, rng, self._stream_remote(body), body.close)
+        return ObjectRead(meta, served, self._stream_remote(body), body.close)
 
-    async def _open_local(self, row: VersionRow, range_header: str | None,
-                          byte_range: Callable[[int], ByteRange | None]) -> ObjectRead | None:
+    async def _open_local(self, row: VersionRow, requested: RangeRequest) -> ObjectRead | None:
         """Serve a not-yet-durable version from its blobs (read-your-writes)."""
         meta = _local_meta(row)
-        rng = byte_range(meta.size) if range_header else None
+        rng = requested.resolve(meta.size)
         first, last = (rng.first, rng.last) if rng else (0, meta.size - 1)
         handles: list[tuple[Any, int, int]] = []  # (file, offset in blob, length)
         offset = 0

@@ -132,7 +132,7 @@ class WritesService(GatewayCore):
         """
         reserved = await self._reserve(source.size)
         try:
-            read = await self.get_object(src_bucket, src_key, None, lambda size: None)
+            read = await self.get_object(src_bucket, src_key)
             received = await self.receive(StreamBody(read.stream), ExpectedDigests(declared_size=source.size), MAX_PUT_SIZE)
         finally:
             self._release(reserved)
