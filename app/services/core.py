@@ -14,13 +14,10 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from app.adapters.blobstore import BlobStore
-from app.adapters.catalog.journal import Journal, VersionRow
-from app.adapters.catalog.repo import Catalog
-from app.adapters.remote import RemoteStore
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.policy import Policy
+from app.domain.versions import VersionRow
 from app.services.bodies import (
     BUCKET_TRUST_SECONDS,
     INLINE_BODY,
@@ -35,6 +32,7 @@ from app.services.destage import Destager
 from app.services.executor import Executor
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
+from app.services.ports import BlobPort, JournalPort, RemotePort, UploadsPort
 from app.services.readcache import ReadCache
 from app.services.tenancy import Tenancy
 
@@ -45,9 +43,9 @@ log = logging.getLogger("ferry.gateway")
 class GatewayCore:
     """What every capability shares: collaborators, the write mode, backpressure, the thread limiter."""
 
-    def __init__(self, catalog: Catalog, blobs: BlobStore, remote: RemoteStore, *,
+    def __init__(self, catalog: UploadsPort, blobs: BlobPort, remote: RemotePort, *,
                  region: str = "us-east-1", thread_limit: int = 64,
-                 part_concurrency: int = 8, journal: Journal | None = None,
+                 part_concurrency: int = 8, journal: JournalPort | None = None,
                  executor: Executor | None = None, mode: str = "write-through",
                  buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None,
                  cache: ReadCache | None = None, policies: PolicyBook | None = None,

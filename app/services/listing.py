@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from app.adapters.catalog.journal import VersionRow
 from app.domain.objects import (
     ListPage,
     ObjectSummary,
 )
+from app.domain.versions import VersionRow
 from app.services.core import GatewayCore
 
 

@@ -14,8 +14,6 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from app.adapters.catalog.journal import BlobRef
-from app.adapters.catalog.repo import ClaimLost, CompletedUpload, UploadClaim, UploadNotOpen
 from app.domain.errors import S3Error
 from app.domain.names import validate_key, validate_object_size
 from app.domain.objects import (
@@ -24,6 +22,8 @@ from app.domain.objects import (
     UploadInfo,
 )
 from app.domain.ranges import WHOLE, RangeRequest
+from app.domain.uploads import ClaimLost, CompletedUpload, UploadClaim, UploadNotOpen
+from app.domain.versions import BlobRef
 from app.services.bodies import (
     CLAIM_POLL_SECONDS,
     COMPLETE_CLAIM_SECONDS,

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 
 from app import metrics
-from app.adapters.catalog.journal import VersionRow
 from app.adapters.remote import read_available
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
@@ -18,6 +17,7 @@ from app.domain.objects import (
 )
 from app.domain.policy import Policy
 from app.domain.ranges import WHOLE, RangeRequest
+from app.domain.versions import VersionRow
 from app.services.bodies import (
     READ_CHUNK,
     ObjectRead,

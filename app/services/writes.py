@@ -6,12 +6,12 @@ import functools
 from collections.abc import Callable
 from datetime import datetime
 
-from app.adapters.catalog.journal import BlobRef, VersionRow
 from app.domain.errors import S3Error
 from app.domain.names import validate_key, validate_object_size
 from app.domain.objects import (
     ObjectMeta,
 )
+from app.domain.versions import BlobRef, VersionRow
 from app.services.bodies import (
     MAX_PUT_SIZE,
     BodyStream,
