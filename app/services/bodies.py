@@ -22,9 +22,6 @@ MAX_PUT_SIZE = 5 * 1024**3
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PART_NUMBER = 10_000
 BUCKET_TRUST_SECONDS = 300.0
-# How long a Complete's claim holds before another Complete may take the upload over (the
-# claimer crashed). Write-through uploads the whole object under it, hence the longer lease.
-COMPLETE_CLAIM_SECONDS = {True: 60.0, False: 3600.0}  # keyed by write-back
 CLAIM_POLL_SECONDS = 0.05
 
 

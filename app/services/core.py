@@ -35,6 +35,7 @@ from app.services.policies import PolicyBook
 from app.services.ports import BlobPort, JournalPort, RemotePort, UploadsPort
 from app.services.readcache import ReadCache
 from app.services.tenancy import Tenancy
+from app.services.writemode import WriteBack, WriteMode, WriteThrough
 
 T = TypeVar("T")
 log = logging.getLogger("ferry.gateway")
@@ -78,6 +79,8 @@ class GatewayCore:
         self._dirty_cached = 0  # the journal's dirty bytes as last read (see _dirty_bytes)
         self._dirty_read_at = -1.0
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
+        self._buffered = WriteBack(self._check_bucket, self._reserve, self._submit)
+        self._through = WriteThrough(self._behind_backlog, self._destage_now)
 
     async def _check_bucket(self, bucket: str) -> None:
         """NoSuchBucket before accepting a write, without asking the remote on every request:
@@ -104,12 +107,13 @@ class GatewayCore:
             return Policy(mode=self.mode)
         return self.policies.for_key(bucket, key)
 
-    def _write_back_for(self, bucket: str, key: str) -> bool:
-        """The mode of a write to ``bucket/key``: True to buffer it, False to write through;
-        a read-only mapping refuses it."""
+    def _mode_for(self, bucket: str, key: str) -> WriteMode:
+        """The mode of a write to ``bucket/key``, chosen once: buffered (write-back) or written
+        through; a read-only mapping refuses it."""
         policy = self.policy(bucket, key)
         policy.refuse_write(bucket)
-        return policy.mode == "write-back" and self.journal is not None and self.executor is not None
+        buffered = policy.mode == "write-back" and self.journal is not None and self.executor is not None
+        return self._buffered if buffered else self._through
 
     async def _written(self, bucket: str, key: str) -> None:
         """After a write is accepted: no cached copy of the old version is served again."""

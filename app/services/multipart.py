@@ -26,7 +26,6 @@ from app.domain.uploads import ClaimLost, CompletedUpload, UploadClaim, UploadNo
 from app.domain.versions import BlobRef
 from app.services.bodies import (
     CLAIM_POLL_SECONDS,
-    COMPLETE_CLAIM_SECONDS,
     MAX_PART_NUMBER,
     MAX_PUT_SIZE,
     MIN_PART_SIZE,
@@ -39,6 +38,7 @@ from app.services.bodies import (
 )
 from app.services.core import GatewayCore
 from app.services.destage import UploadSpec, upload
+from app.services.writemode import WriteMode
 
 log = logging.getLogger("ferry.gateway")
 
@@ -50,7 +50,7 @@ class MultipartService(GatewayCore):
                             content_headers: dict[str, str], metadata: dict[str, str],
                             checksum_algorithm: str | None) -> UploadInfo:
         validate_key(key)
-        self._write_back_for(bucket, key)  # a read-only mapping refuses the upload up front
+        self._mode_for(bucket, key)  # a read-only mapping refuses the upload up front
         await self._check_bucket(bucket)
         upload_id = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")
         headers = {"content": content_headers, "metadata": metadata}
@@ -76,7 +76,7 @@ class MultipartService(GatewayCore):
         info, _ = await self._upload(bucket, key, upload_id)
         if info.checksum_algorithm:
             expected.algorithms.add(info.checksum_algorithm)
-        reserved = await self._reserve(expected.declared_size, self._write_back_for(bucket, key))
+        reserved = await self._reserve(expected.declared_size, self._mode_for(bucket, key).buffers)
         try:
             received = await self.receive(body, expected, MAX_PUT_SIZE)
         finally:
@@ -187,12 +187,12 @@ class MultipartService(GatewayCore):
                               requested: list[tuple[int, str, dict[str, str]]]) -> str:
         """One atomic claim of the upload: exactly one Complete commits the object from the parts
         it re-reads under the claim; a duplicate waits and answers the committed result."""
-        write_back = self._write_back_for(bucket, key)
+        mode = self._mode_for(bucket, key)
         token = secrets.token_hex(16)
         wait = CLAIM_POLL_SECONDS
         while True:
             outcome, found = await self._run(self.catalog.claim_complete, upload_id, bucket, key, token,
-                                             COMPLETE_CLAIM_SECONDS[write_back])
+                                             mode.claim_seconds)
             if outcome == "completed":
                 assert isinstance(found, CompletedUpload)
                 return _repeated(found, bucket, key, upload_id, requested)
@@ -204,7 +204,7 @@ class MultipartService(GatewayCore):
                 continue
             assert isinstance(found, tuple)
             try:
-                return await self._complete_claimed(bucket, key, upload_id, requested, found, token, write_back)
+                return await self._complete_claimed(bucket, key, upload_id, requested, found, token, mode)
             except ClaimLost:
                 continue  # our lease ran out and another Complete took over: answer its result
             except BaseException:
@@ -213,7 +213,7 @@ class MultipartService(GatewayCore):
 
     async def _complete_claimed(self, bucket: str, key: str, upload_id: str,
                                 requested: list[tuple[int, str, dict[str, str]]],
-                                found: tuple[UploadInfo, dict[str, Any]], token: str, write_back: bool) -> str:
+                                found: tuple[UploadInfo, dict[str, Any]], token: str, mode: WriteMode) -> str:
         """Validate the part list against the parts as they are now, then commit the object
         (write-back: its journal row; write-through: the remote upload) under the claim."""
         info, headers = found
@@ -228,7 +228,7 @@ class MultipartService(GatewayCore):
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
         remote_id = await self._run(self.catalog.remote_upload, upload_id)
-        if write_back or await self._behind_backlog(bucket, key):
+        if await mode.journals(bucket, key):
             assert self.journal is not None
             # The parts become the object's blobs: no byte is copied again.
             row = await self._run(functools.partial(
@@ -240,10 +240,7 @@ class MultipartService(GatewayCore):
             unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
             for blob in unused:
                 await self._run(self.blobs.delete, blob)
-            if write_back:
-                self._submit(row)
-            else:
-                await self._destage_now(row)
+            await mode.hand_on(row)
             return etag
         spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm,
                           remote_id)

@@ -21,6 +21,7 @@ from app.services.bodies import (
     StreamBody,
 )
 from app.services.core import GatewayCore
+from app.services.writemode import WriteMode
 
 
 class WritesService(GatewayCore):
@@ -29,29 +30,26 @@ class WritesService(GatewayCore):
     async def put_object(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
                          metadata: dict[str, str], expected: ExpectedDigests) -> PutResult:
         validate_key(key)
-        if self._write_back_for(bucket, key):
-            await self._check_bucket(bucket)
-            reserved = await self._reserve(expected.declared_size)
-            try:
-                received = await self.receive(body, expected, MAX_PUT_SIZE)
-            finally:
-                self._release(reserved)
-            try:
-                validate_object_size(key, received.staging.size)
-            except S3Error:
-                await self._run(self.blobs.discard, received.staging)
-                raise
-            await self._journal_put(bucket, key, received, content_headers, metadata)
-            return PutResult(received.digests.md5_hex(), received.checksums)
-        received = await self.receive(body, expected, MAX_PUT_SIZE)
+        mode = self._mode_for(bucket, key)
+        await mode.admit(bucket)
+        reserved = await mode.reserve(expected.declared_size)
+        try:
+            received = await self.receive(body, expected, MAX_PUT_SIZE)
+        finally:
+            self._release(reserved)
         try:
             validate_object_size(key, received.staging.size)
-            # Checked once the body is here, right before it is written: a row buffered while
-            # it arrived (the mode turned write-back meanwhile) is older than this write.
-            if await self._behind_backlog(bucket, key):
-                row = await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
-                await self._destage_now(row)
-                return PutResult(row.etag, received.checksums)
+            # Asked once the body is here, right before it is written: a row buffered while it
+            # arrived (the mode turned write-back meanwhile) is older than this write.
+            journaled = await mode.journals(bucket, key)
+        except BaseException:
+            await self._run(self.blobs.discard, received.staging)
+            raise
+        if journaled:
+            row = await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
+            await mode.hand_on(row)
+            return PutResult(row.etag, received.checksums)
+        try:
             etag = await self._run(self._upload_file, bucket, key, received, content_headers, metadata)
         finally:
             await self._run(self.blobs.discard, received.staging)
@@ -109,13 +107,10 @@ class WritesService(GatewayCore):
                           "allowable size for a copy source: 5368709120")
         if not replace:
             content_headers, metadata = dict(source.content_headers), dict(source.metadata)
-        if self._write_back_for(bucket, key):
+        mode = self._mode_for(bucket, key)
+        if await mode.journals(bucket, key):
             row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
-            self._submit(row)
-            return row.etag, row.created_at
-        if await self._behind_backlog(bucket, key):
-            row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
-            await self._destage_now(row)
+            await mode.hand_on(row)
             return row.etag, row.created_at
         result = await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
                                  content_headers, metadata)
@@ -148,12 +143,10 @@ class WritesService(GatewayCore):
 
     async def delete_object(self, bucket: str, key: str) -> None:
         validate_key(key)
-        if self._write_back_for(bucket, key):
-            await self._check_bucket(bucket)
-            self._submit(await self._journal_delete(bucket, key))
-            return
-        if await self._behind_backlog(bucket, key):
-            await self._destage_now(await self._journal_delete(bucket, key))
+        mode = self._mode_for(bucket, key)
+        await mode.admit(bucket)
+        if await mode.journals(bucket, key):
+            await mode.hand_on(await self._journal_delete(bucket, key))
             return
         await self._run(self.remote.delete_object, bucket, key)
         await self._written(bucket, key)
@@ -167,21 +160,20 @@ class WritesService(GatewayCore):
                 valid.append(key)
             except S3Error as err:
                 failures[key] = (err.code, err.message)
-        buffered: list[str] = []
-        direct: list[str] = []
+        routed: list[tuple[str, WriteMode]] = []
         for key in valid:
             try:
-                (buffered if self._write_back_for(bucket, key) else direct).append(key)
+                routed.append((key, self._mode_for(bucket, key)))
             except S3Error as err:
                 failures[key] = (err.code, err.message)
-        if buffered:
-            await self._check_bucket(bucket)
-            for key in buffered:
-                self._submit(await self._journal_delete(bucket, key))
-        for key in list(direct):
-            if await self._behind_backlog(bucket, key):
-                direct.remove(key)
-                await self._destage_now(await self._journal_delete(bucket, key))
+        for mode in {id(m): m for _, m in routed}.values():  # each mode admits the bucket once
+            await mode.admit(bucket)
+        direct: list[str] = []
+        for key, mode in routed:
+            if await mode.journals(bucket, key):
+                await mode.hand_on(await self._journal_delete(bucket, key))
+            else:
+                direct.append(key)
         if direct:
             failures.update(await self._run(self.remote.delete_objects, bucket, direct))
         for key in direct:

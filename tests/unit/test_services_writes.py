@@ -138,3 +138,26 @@ def test_multipart_complete_then_destage(tmp_path: Path) -> None:
         assert again == etag
 
     asyncio.run(scenario())
+
+
+def test_write_through_goes_to_the_remote_unless_behind_a_backlog(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote, mode="write-through")
+
+    async def scenario() -> None:
+        await svc.put("b", "direct", b"now")
+        assert remote.buckets["b"]["direct"].data == b"now"  # on the remote before the answer
+        assert svc.journal.latest_dirty("b", "direct") is None
+        # A backlog of the key (an older buffered row): the write is journaled behind it and
+        # destaged inline, superseding the older row.
+        older = svc.journal.append_delete("b", "k", None)
+        await svc.put("b", "k", b"newer")
+        assert remote.buckets["b"]["k"].data == b"newer"
+        assert svc.journal.latest_dirty("b", "k") is None
+        assert svc.destager.destage(older.seq) == "superseded"  # never lands over the newer one
+        assert remote.buckets["b"]["k"].data == b"newer"
+        await svc.gateway.delete_object("b", "direct")
+        assert "direct" not in remote.buckets["b"]
+
+    asyncio.run(scenario())
