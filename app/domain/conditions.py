@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 
@@ -57,3 +58,25 @@ def check_conditions(
             if copy_source:
                 raise S3Error("PreconditionFailed", Condition="If-Modified-Since")
             raise S3Error("NotModified", headers={"ETag": f'"{bare}"'})
+
+
+@dataclass(frozen=True, slots=True)
+class Conditions:
+    """A GET's conditional headers as a value, so a service can judge them as soon as it knows
+    the version (e.g. from the journal) instead of after opening the object."""
+
+    if_match: str | None = None
+    if_none_match: str | None = None
+    if_modified_since: str | None = None
+    if_unmodified_since: str | None = None
+
+    def check(self, etag: str, last_modified: datetime) -> None:
+        check_conditions(etag, last_modified, self.if_match, self.if_none_match,
+                         self.if_modified_since, self.if_unmodified_since)
+
+    @property
+    def any(self) -> bool:
+        return any((self.if_match, self.if_none_match, self.if_modified_since, self.if_unmodified_since))
+
+
+NO_CONDITIONS = Conditions()

@@ -87,3 +87,26 @@ def honoured_range_header(header: str | None) -> str | None:
     first = str(_offset(start_s)) if start_s else ""
     last = str(_offset(end_s)) if end_s else ""
     return f"bytes={first}-{last}"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRequest:
+    """A GET's Range, parsed once at the edge and passed down as a value: the header to forward
+    (``None`` when S3 would ignore it) and how it resolves once the object's size is known."""
+
+    header: str | None = None
+
+    @classmethod
+    def from_header(cls, header: str | None) -> RangeRequest:
+        return cls(honoured_range_header(header))
+
+    @classmethod
+    def span(cls, first: int, last: int) -> RangeRequest:
+        """An explicit inclusive span (a copy source range), already checked against the size."""
+        return cls(f"bytes={first}-{last}")
+
+    def resolve(self, size: int) -> ByteRange | None:
+        return parse_range(self.header, size) if self.header else None
+
+
+WHOLE = RangeRequest()

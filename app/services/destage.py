@@ -20,12 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from app import metrics
-from app.adapters.blobstore import BlobStore
-from app.adapters.catalog.journal import BlobRef, Journal, VersionRow
-from app.adapters.remote import RemoteStore
 from app.domain.errors import S3Error
 from app.domain.states import VersionState, backoff_seconds
+from app.domain.versions import BlobRef, VersionRow
 from app.services.partcopies import PartCopies
+from app.services.ports import BlobPort, JournalPort, RemotePort
 
 log = logging.getLogger("ferry.destage")
 
@@ -49,7 +48,7 @@ class LeaseLost(Exception):
     """Another worker owns the journal row now: this one must not commit anything remotely."""
 
 
-def upload(remote: RemoteStore, store: BlobStore, spec: UploadSpec, part_concurrency: int = 8,
+def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurrency: int = 8,
            fence: Callable[[], bool] | None = None, copies: PartCopies | None = None,
            conditional: bool = False) -> str:
     """Write one object version to the remote; returns the remote ETag (verified equal to ours).
@@ -70,7 +69,7 @@ def upload(remote: RemoteStore, store: BlobStore, spec: UploadSpec, part_concurr
     return remote_etag or spec.etag
 
 
-def _expectation(remote: RemoteStore, bucket: str, key: str) -> dict[str, str]:
+def _expectation(remote: RemotePort, bucket: str, key: str) -> dict[str, str]:
     """The condition that holds while nobody else writes the key: its current ETag, or absence.
 
     Read under the destage lease, when no newer version of the key can be destaged: if one lands
@@ -79,7 +78,7 @@ def _expectation(remote: RemoteStore, bucket: str, key: str) -> dict[str, str]:
     return {"if_match": current} if current is not None else {"if_none_match": "*"}
 
 
-def _put_single(remote: RemoteStore, store: BlobStore, spec: UploadSpec, conditional: bool) -> str:
+def _put_single(remote: RemotePort, store: BlobPort, spec: UploadSpec, conditional: bool) -> str:
     piece = spec.blobs[0] if spec.blobs else None
     md5_b64 = base64.b64encode(bytes.fromhex(spec.etag)).decode()
     condition = _expectation(remote, spec.bucket, spec.key) if conditional else {}
@@ -91,7 +90,7 @@ def _put_single(remote: RemoteStore, store: BlobStore, spec: UploadSpec, conditi
                                  spec.metadata, spec.checksums, **condition)
 
 
-def delete(remote: RemoteStore, bucket: str, key: str, conditional: bool = False) -> None:
+def delete(remote: RemotePort, bucket: str, key: str, conditional: bool = False) -> None:
     """Delete the key remotely; ``conditional``: only the version found under the lease."""
     if not conditional:
         remote.delete_object(bucket, key)
@@ -101,7 +100,7 @@ def delete(remote: RemoteStore, bucket: str, key: str, conditional: bool = False
         remote.delete_object(bucket, key, if_match=current)
 
 
-def _upload_multipart(remote: RemoteStore, store: BlobStore, spec: UploadSpec, concurrency: int,
+def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, concurrency: int,
                       fence: Callable[[], bool] | None = None) -> str:
     """Same part boundaries as the client used, so the remote's ETag is the client's.
 
@@ -156,7 +155,7 @@ def spec_of(row: VersionRow) -> UploadSpec:
 
 
 class Destager:
-    def __init__(self, journal: Journal, store: BlobStore, remote: RemoteStore, *, lease_seconds: float = 30.0,
+    def __init__(self, journal: JournalPort, store: BlobPort, remote: RemotePort, *, lease_seconds: float = 30.0,
                  max_attempts: int = 12, part_concurrency: int = 8, backoff_base: float = 1.0,
                  backoff_cap: float = 300.0, on_outcome: Callable[[str, VersionRow], None] | None = None,
                  part_copies: PartCopies | None = None, invalidate_cache: bool = True) -> None:

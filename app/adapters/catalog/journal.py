@@ -14,7 +14,6 @@ import json
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,52 +26,9 @@ from app.adapters.catalog.journal_moves import move_rows
 from app.adapters.catalog.repo import UploadClaim, finish_upload
 from app.adapters.catalog.tables import MultipartPart, ObjectVersion
 from app.domain.states import DIRTY, TERMINAL, VersionState
+from app.domain.versions import BlobRef, VersionRow
 
 DIRTY_VALUES = tuple(s.value for s in DIRTY)
-
-
-@dataclass(slots=True)
-class BlobRef:
-    """One stored piece of an object: a whole body, or one multipart part."""
-
-    blob: str
-    size: int
-    etag: str  # md5 hex of this piece
-    checksums: dict[str, str] = field(default_factory=dict)
-    number: int | None = None  # the client's part number (multipart), as used remotely
-
-    def as_json(self) -> list[object]:
-        return [self.blob, self.size, self.etag, self.checksums] + ([self.number] if self.number is not None else [])
-
-
-@dataclass(slots=True)
-class VersionRow:
-    seq: int
-    bucket: str
-    key: str
-    op: str
-    state: VersionState
-    generation: int
-    size: int
-    etag: str
-    blobs: list[BlobRef]
-    multipart: bool
-    content_headers: dict[str, str]
-    metadata: dict[str, str]
-    checksums: dict[str, str]
-    checksum_algorithm: str | None
-    node_id: str
-    created_at: datetime
-    attempts: int
-    last_error: str | None
-    next_attempt_at: float
-    remote_etag: str | None
-    durable_at: datetime | None
-    remote_upload_id: str | None = None
-
-    @property
-    def is_delete(self) -> bool:
-        return self.op == "delete"
 
 
 def _aware(when: datetime | None) -> datetime | None:

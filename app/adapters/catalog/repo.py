@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -19,47 +18,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant
 from app.domain.objects import PartInfo, UploadInfo
 from app.domain.states import UPLOAD_ALLOWED, IllegalTransition, UploadState, check_move
+from app.domain.uploads import ClaimLost, CompletedUpload, UploadClaim, UploadNotOpen
 
 SECRET_CACHE_SECONDS = 5.0
-
-
-class UploadNotOpen(Exception):
-    """The upload is being completed (``state == 'completing'``), completed, or gone (None)."""
-
-    def __init__(self, state: str | None) -> None:
-        super().__init__(state or "gone")
-        self.state = state
-
-
-class ClaimLost(Exception):
-    """A Complete's claim expired and another Complete took the upload over."""
-
-
-@dataclass(frozen=True, slots=True)
-class CompletedUpload:
-    """What a Complete answered, kept so a repeated Complete gets the same answer."""
-
-    bucket: str
-    key: str
-    etag: str
-    parts: list[tuple[int, str]]  # (part number, md5 hex) as listed by the winning Complete
-
-    def as_json(self) -> str:
-        return json.dumps({"bucket": self.bucket, "key": self.key, "etag": self.etag, "parts": self.parts})
-
-    @classmethod
-    def from_json(cls, raw: str) -> CompletedUpload:
-        d = json.loads(raw)
-        return cls(d["bucket"], d["key"], d["etag"], [(int(n), str(e)) for n, e in d["parts"]])
-
-
-@dataclass(frozen=True, slots=True)
-class UploadClaim:
-    """The claim a Complete holds; committing the object checks it (see ``finish_upload``)."""
-
-    upload_id: str
-    token: str
-    result: CompletedUpload
 
 
 ClaimOutcome = Literal["claimed", "completed", "busy", "gone"]

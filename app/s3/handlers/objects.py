@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.domain.conditions import check_conditions
+from app.domain.conditions import Conditions, check_conditions
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
-from app.domain.ranges import ByteRange, honoured_range_header, parse_range
+from app.domain.ranges import RangeRequest, parse_range
 from app.s3 import xml
 from app.s3.handlers.common import (
     content_headers,
@@ -41,10 +41,14 @@ def _check_version(req: S3Request) -> None:
         raise S3Error("NoSuchVersion", Key=req.key or "", VersionId=version)
 
 
-def _conditions(req: S3Request, meta: ObjectMeta) -> None:
+def _request_conditions(req: S3Request) -> Conditions:
     h = req.headers
-    check_conditions(meta.etag, meta.last_modified, h.get("if-match"), h.get("if-none-match"),
-                     h.get("if-modified-since"), h.get("if-unmodified-since"))
+    return Conditions(h.get("if-match"), h.get("if-none-match"), h.get("if-modified-since"),
+                      h.get("if-unmodified-since"))
+
+
+def _conditions(req: S3Request, meta: ObjectMeta) -> None:
+    _request_conditions(req).check(meta.etag, meta.last_modified)
 
 
 def _with_overrides(req: S3Request, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -77,9 +81,8 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
     if "partNumber" in req.query:
         raise S3Error("NotImplemented", "GET/HEAD by partNumber is not implemented by Ferry.")
     bucket, key = _target(req)
-    range_header = honoured_range_header(req.header("range"))
-    ranger: Callable[[int], ByteRange | None] = lambda size: parse_range(range_header, size)  # noqa: E731
-    read = await gw.get_object(bucket, key, range_header, ranger, req.tenant_id, file_ranges=req.zero_copy)
+    read = await gw.get_object(bucket, key, RangeRequest.from_header(req.header("range")), req.tenant_id,
+                               conditions=_request_conditions(req), file_ranges=req.zero_copy)
     try:
         _conditions(req, read.meta)
     except S3Error:

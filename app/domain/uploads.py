@@ -1,0 +1,45 @@
+"""A multipart upload's Complete as records: its claim, its kept answer, and the refusals."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+class UploadNotOpen(Exception):
+    """The upload is being completed (``state == 'completing'``), completed, or gone (None)."""
+
+    def __init__(self, state: str | None) -> None:
+        super().__init__(state or "gone")
+        self.state = state
+
+
+class ClaimLost(Exception):
+    """A Complete's claim expired and another Complete took the upload over."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedUpload:
+    """What a Complete answered, kept so a repeated Complete gets the same answer."""
+
+    bucket: str
+    key: str
+    etag: str
+    parts: list[tuple[int, str]]  # (part number, md5 hex) as listed by the winning Complete
+
+    def as_json(self) -> str:
+        return json.dumps({"bucket": self.bucket, "key": self.key, "etag": self.etag, "parts": self.parts})
+
+    @classmethod
+    def from_json(cls, raw: str) -> CompletedUpload:
+        d = json.loads(raw)
+        return cls(d["bucket"], d["key"], d["etag"], [(int(n), str(e)) for n, e in d["parts"]])
+
+
+@dataclass(frozen=True, slots=True)
+class UploadClaim:
+    """The claim a Complete holds; committing the object checks it (see ``finish_upload``)."""
+
+    upload_id: str
+    token: str
+    result: CompletedUpload

@@ -1,0 +1,55 @@
+"""The journal's records as the services pass them: a version of an object and its stored pieces.
+
+They live in the domain so that services, fakes and adapters share them without services
+importing the catalog adapter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from app.domain.states import VersionState
+
+
+@dataclass(slots=True)
+class BlobRef:
+    """One stored piece of an object: a whole body, or one multipart part."""
+
+    blob: str
+    size: int
+    etag: str  # md5 hex of this piece
+    checksums: dict[str, str] = field(default_factory=dict)
+    number: int | None = None  # the client's part number (multipart), as used remotely
+
+    def as_json(self) -> list[object]:
+        return [self.blob, self.size, self.etag, self.checksums] + ([self.number] if self.number is not None else [])
+
+
+@dataclass(slots=True)
+class VersionRow:
+    seq: int
+    bucket: str
+    key: str
+    op: str
+    state: VersionState
+    generation: int
+    size: int
+    etag: str
+    blobs: list[BlobRef]
+    multipart: bool
+    content_headers: dict[str, str]
+    metadata: dict[str, str]
+    checksums: dict[str, str]
+    checksum_algorithm: str | None
+    node_id: str
+    created_at: datetime
+    attempts: int
+    last_error: str | None
+    next_attempt_at: float
+    remote_etag: str | None
+    durable_at: datetime | None
+    remote_upload_id: str | None = None
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op == "delete"

@@ -1,0 +1,230 @@
+"""The services' shared core: collaborators, mode choice, backpressure and body receipt."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from app.domain.checksums import BodyDigests, verify_expected
+from app.domain.errors import S3Error
+from app.domain.policy import Policy
+from app.domain.versions import VersionRow
+from app.services.bodies import (
+    BUCKET_TRUST_SECONDS,
+    INLINE_BODY,
+    WRITE_CHUNK,
+    BodyStream,
+    ExpectedDigests,
+    ReceivedBody,
+)
+from app.services.budget import CURRENT_TENANT, DiskReserve, Reservation, WriteBudget, slow_down
+from app.services.budget import NONE as NO_RESERVATION
+from app.services.destage import Destager
+from app.services.executor import Executor
+from app.services.partcopies import PartCopies
+from app.services.policies import PolicyBook
+from app.services.ports import BlobPort, JournalPort, RemotePort, UploadsPort
+from app.services.readcache import ReadCache
+from app.services.tenancy import Tenancy
+from app.services.writemode import WriteBack, WriteMode, WriteThrough
+
+T = TypeVar("T")
+log = logging.getLogger("ferry.gateway")
+
+
+class GatewayCore:
+    """What every capability shares: collaborators, the write mode, backpressure, the thread limiter."""
+
+    def __init__(self, catalog: UploadsPort, blobs: BlobPort, remote: RemotePort, *,
+                 region: str = "us-east-1", thread_limit: int = 64,
+                 part_concurrency: int = 8, journal: JournalPort | None = None,
+                 executor: Executor | None = None, mode: str = "write-through",
+                 buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None,
+                 cache: ReadCache | None = None, policies: PolicyBook | None = None,
+                 inline_lookups: bool = False, eager_parts: bool = True,
+                 part_copies: PartCopies | None = None, tenancy: Tenancy | None = None,
+                 budget: WriteBudget | None = None, disk: DiskReserve | None = None) -> None:
+        self.catalog = catalog
+        self.tenancy = tenancy  # bucket ownership; None: every tenant reaches every bucket
+        self.blobs = blobs
+        self.remote = remote
+        self.region = region
+        self.limiter = anyio.CapacityLimiter(thread_limit)
+        self.part_concurrency = part_concurrency
+        self.journal = journal
+        self.executor = executor
+        self.mode = mode
+        self.buffer_bytes = buffer_bytes
+        self.destager = destager
+        self.cache = cache
+        self.policies = policies
+        # SQLite point lookups (tens of µs, never blocked by writers in WAL mode) run on the event
+        # loop: a thread hop costs more than the query. A networked catalog keeps them in threads.
+        self.inline_lookups = inline_lookups
+        self.eager_parts = eager_parts
+        self.part_copies = part_copies or PartCopies()
+        self._ahead: set[asyncio.Future[None]] = set()
+        self._ahead_limiter = anyio.CapacityLimiter(part_concurrency)
+        self.budget = budget or WriteBudget(buffer_bytes)  # bodies being received by this process
+        self.disk = disk  # the data directory's free space, when budgeted against it
+        self._dirty_cached = 0  # the journal's dirty bytes as last read (see _dirty_bytes)
+        self._dirty_read_at = -1.0
+        self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
+        self._buffered = WriteBack(self._check_bucket, self._reserve, self._submit)
+        self._through = WriteThrough(self._behind_backlog, self._destage_now)
+
+    async def _check_bucket(self, bucket: str) -> None:
+        """NoSuchBucket before accepting a write, without asking the remote on every request:
+        a bucket confirmed in the last minutes is trusted, so writes go on during an outage."""
+        confirmed = self._known_buckets.get(bucket)
+        if confirmed is not None and time.monotonic() - confirmed < BUCKET_TRUST_SECONDS:
+            return
+        try:
+            await self._run(self.remote.head_bucket, bucket)
+        except S3Error as err:
+            # Remote unreachable (e.g. just after a restart during an outage): a bucket the
+            # journal has written to before is known to exist, so writes go on.
+            if err.status < 500 or self.journal is None or not await self._run(self.journal.has_bucket, bucket):
+                raise
+        self._known_buckets[bucket] = time.monotonic()
+
+    @property
+    def write_back(self) -> bool:
+        """Whether the node-wide default mode buffers writes (policies may differ per key)."""
+        return self.mode == "write-back" and self.journal is not None and self.executor is not None
+
+    def policy(self, bucket: str, key: str = "") -> Policy:
+        if self.policies is None:
+            return Policy(mode=self.mode)
+        return self.policies.for_key(bucket, key)
+
+    def _mode_for(self, bucket: str, key: str) -> WriteMode:
+        """The mode of a write to ``bucket/key``, chosen once: buffered (write-back) or written
+        through; a read-only mapping refuses it."""
+        policy = self.policy(bucket, key)
+        policy.refuse_write(bucket)
+        buffered = policy.mode == "write-back" and self.journal is not None and self.executor is not None
+        return self._buffered if buffered else self._through
+
+    async def _written(self, bucket: str, key: str) -> None:
+        """After a write is accepted: no cached copy of the old version is served again."""
+        if self.cache is not None:
+            await self.cache.invalidate(bucket, key)
+
+    def _submit(self, row: VersionRow) -> None:
+        assert self.executor is not None
+        self.executor.submit(row.seq)
+
+    async def _behind_backlog(self, bucket: str, key: str) -> bool:
+        """Whether a write in write-through (or bypass) mode must be journaled instead: the key
+        still has rows not on the remote, and a write sent around them would be overwritten (or
+        undone) by their destage, and reads would serve the older row meanwhile."""
+        if self.journal is None or self.executor is None:
+            return False
+        return await self._run(self.journal.has_dirty, bucket, key)
+
+    async def _destage_now(self, row: VersionRow) -> None:
+        """A write-through write journaled behind a backlog: destage it before answering when it
+        can go now. The older rows are superseded by it; if one is still being uploaded, or the
+        remote fails, the row stays buffered (acknowledged) and the executor sends it later."""
+        if self.destager is not None:
+            try:
+                if await self._run(self.destager.destage, row.seq) == "durable":
+                    return
+            except Exception:  # the row is committed: the write stands, the executor retries it
+                log.warning("inline destage of seq %s failed", row.seq, exc_info=True)
+        self._submit(row)
+
+    async def _reserve(self, size: int | None, write_back: bool = True) -> Reservation:
+        """Backpressure: refuse a write the disk, the buffer or the tenant's share of it cannot
+        hold, before reading its bytes. Release the answer with ``_release`` when the body ends."""
+        want = size or 0
+        if self.disk is not None and self.disk.spare() < self.budget.reserved + want:
+            raise slow_down("The data directory's disk is nearly full; retry later.")
+        if not write_back or self.journal is None:
+            return NO_RESERVATION
+        dirty = await self._dirty_bytes()
+        return self.budget.admit(want, dirty, CURRENT_TENANT.get())
+
+    def _release(self, reservation: Reservation) -> None:
+        self.budget.release(reservation)
+
+    async def _dirty_bytes(self) -> int:
+        """The buffer's fill, re-read at most every 0.2 s: an aggregate over the journal costs
+        more than a small write itself, and this process's own bodies in flight are counted
+        exactly in ``budget.reserved``."""
+        now = time.monotonic()
+        if now - self._dirty_read_at > 0.2:
+            assert self.journal is not None
+            self._dirty_cached = await self._run(self.journal.dirty_bytes)
+            self._dirty_read_at = now
+        return self._dirty_cached
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Blocking work (boto3, disk, SQL) runs in threads, bounded by one limiter."""
+        if kwargs:
+            fn = functools.partial(fn, **kwargs)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+
+    # ---- receiving bodies --------------------------------------------------------------------
+    async def receive(self, body: BodyStream, expected: ExpectedDigests, max_size: int) -> ReceivedBody:
+        """Stream the body to ``tmp/`` while hashing it; verify sizes and digests."""
+        small = expected.declared_size is not None and expected.declared_size <= INLINE_BODY
+        # A small body is staged without thread hops: each costs more than its few syscalls.
+        staging = self.blobs.open_staging() if small else await self._run(self.blobs.open_staging)
+        digests = BodyDigests(sorted(expected.algorithms | set(expected.checksums)))
+        pending: asyncio.Future[None] | None = None
+        buf = bytearray()
+
+        def write(chunk: bytearray) -> None:
+            digests.update(chunk)
+            staging.write(chunk, sync_every=8 * WRITE_CHUNK if self.blobs.fsync else 0)
+
+        try:
+            async for piece in body:
+                buf += piece
+                if staging.size + len(buf) > max_size:
+                    raise S3Error("EntityTooLarge", MaxSizeAllowed=str(max_size))
+                if len(buf) >= WRITE_CHUNK:
+                    if pending is not None:
+                        await pending
+                    chunk, buf = buf, bytearray()
+                    pending = asyncio.ensure_future(self._run(write, chunk))
+            if pending is not None:
+                await pending
+                pending = None
+            if buf:
+                if len(buf) <= INLINE_BODY:
+                    write(buf)
+                else:
+                    await self._run(write, buf)
+            if expected.declared_size is not None and staging.size != expected.declared_size:
+                raise S3Error("IncompleteBody")
+            checksums = expected.with_trailers(body.trailers)
+            missing = set(checksums) - set(digests.algorithms)
+            if missing:
+                raise S3Error("InvalidRequest", f"Checksum algorithm {sorted(missing)[0]} was not computed")
+            verify_expected(digests, expected.content_md5, checksums)
+        except BaseException as exc:
+            if pending is not None:
+                pending.cancel()
+                with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
+                    await pending  # the original error is the one to report
+            await self._run(self.blobs.discard, staging)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # A body larger than announced, or a disk filled by something else: retryable.
+                raise slow_down("The data directory's disk is full; retry later.") from exc
+            raise
+        computed = digests.checksums()
+        return ReceivedBody(staging, digests, {alg: computed[alg] for alg in checksums} or {
+            alg: computed[alg] for alg in expected.algorithms if alg in computed})

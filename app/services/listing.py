@@ -1,0 +1,100 @@
+"""Listing: the remote's pages merged with the journal's not-yet-durable rows."""
+
+from __future__ import annotations
+
+from app.domain.objects import (
+    ListPage,
+    ObjectSummary,
+)
+from app.domain.versions import VersionRow
+from app.services.core import GatewayCore
+
+
+class ListingService(GatewayCore):
+    """ListObjects and ListObjectVersions over the merged view."""
+
+    async def list_objects(self, bucket: str, prefix: str, delimiter: str | None, marker: str | None,
+                           max_keys: int) -> ListPage:
+        if max_keys <= 0:
+            await self.head_bucket(bucket)
+            return ListPage([], [], False, None)
+        start_after = listing_start(marker, prefix, delimiter)
+        for _ in range(1000):
+            page = await self._list_merged(bucket, prefix, delimiter, marker, start_after, max_keys)
+            if page.contents or page.common_prefixes or not page.is_truncated:
+                return page
+            # Only deleted local rows in this stretch: read on from the position reached. It is
+            # not a name the client saw, so it must not travel as a marker (see listing_start).
+            start_after = page.next_marker
+        return page
+
+    async def _list_merged(self, bucket: str, prefix: str, delimiter: str | None, marker: str | None,
+                           start_after: str | None, max_keys: int) -> ListPage:
+        # Local rows first, then the remote: a row that turns durable in between is then seen on
+        # one side or both (merged), never on neither.
+        fetch = max_keys + 1
+        local = await self._run(self.journal.dirty_under, bucket, prefix, start_after, fetch) if self.journal else []
+        page = await self._run(self.remote.list_objects, bucket, prefix, delimiter, start_after, max_keys)
+        if marker:
+            page.common_prefixes = [p for p in page.common_prefixes if p > marker]
+            page.contents = [c for c in page.contents if c.key > marker]
+        if not local:
+            return page
+        return merge_listing(page, local, prefix, delimiter, max_keys, local_complete=len(local) < fetch)
+
+    async def list_versions(self, bucket: str, prefix: str, delimiter: str | None, key_marker: str | None,
+                            max_keys: int) -> ListPage:
+        """Unversioned buckets: every object is its one ``null`` version."""
+        page = await self.list_objects(bucket, prefix, delimiter, key_marker, max_keys)
+        for item in page.contents:
+            item.version_id = "null"
+        return page
+
+
+def listing_start(marker: str | None, prefix: str, delimiter: str | None) -> str | None:
+    """Where the next page starts: after the marker, and past everything rolled up under it when
+    the marker is a common prefix (its first delimiter after the prefix is its end). A key that
+    merely ends with the delimiter (a merged page's limit) is not one: what follows it may still
+    roll up into a shorter prefix not listed yet."""
+    if not marker or not delimiter or not marker.startswith(prefix):
+        return marker
+    rest = marker[len(prefix):]
+    if rest.endswith(delimiter) and rest.find(delimiter) == len(rest) - len(delimiter):
+        return marker + "\U0010ffff"
+    return marker
+
+
+def merge_listing(page: ListPage, local: list[VersionRow], prefix: str, delimiter: str | None,
+                  max_keys: int, *, local_complete: bool = True) -> ListPage:
+    """Merge the remote's page with not-yet-durable local rows (puts added, deletes hidden).
+
+    When the remote page is truncated, only names up to its last one are complete, so the merge
+    stops there and the next page continues from the last name returned.
+    """
+    entries: dict[str, ObjectSummary | None] = {c.key: c for c in page.contents}
+    prefixes = set(page.common_prefixes)
+    limit = page.next_marker if page.is_truncated else None
+    if not local_complete:
+        # More local rows exist past the last one fetched: names beyond it are not complete.
+        limit = min(limit, local[-1].key) if limit is not None else local[-1].key
+    for row in local:
+        if limit is not None and row.key > limit:
+            break
+        rest = row.key[len(prefix):]
+        if delimiter and delimiter in rest:
+            if not row.is_delete:
+                prefixes.add(prefix + rest[: rest.index(delimiter) + len(delimiter)])
+            continue
+        if row.is_delete:
+            entries.pop(row.key, None)
+        else:
+            entries[row.key] = ObjectSummary(row.key, row.size, row.etag, row.created_at)
+    names = sorted([(k, False) for k in entries] + [(p, True) for p in prefixes])
+    if limit is not None:
+        names = [n for n in names if n[0] <= limit]
+    chosen = names[:max_keys]
+    truncated = len(names) > max_keys or page.is_truncated or not local_complete
+    contents = [e for name, is_prefix in chosen if not is_prefix and (e := entries[name]) is not None]
+    common = [name for name, is_prefix in chosen if is_prefix]
+    next_marker = (chosen[-1][0] if chosen else limit) if truncated else None
+    return ListPage(contents, common, truncated, next_marker)

@@ -1,0 +1,336 @@
+"""Multipart uploads: parts, eager part copies to the remote, the one claimed Complete."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import logging
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from app.domain.errors import S3Error
+from app.domain.names import validate_key, validate_object_size
+from app.domain.objects import (
+    ObjectMeta,
+    PartInfo,
+    UploadInfo,
+)
+from app.domain.ranges import WHOLE, RangeRequest
+from app.domain.states import UploadState
+from app.domain.uploads import ClaimLost, CompletedUpload, UploadClaim, UploadNotOpen
+from app.domain.versions import BlobRef
+from app.services.bodies import (
+    CLAIM_POLL_SECONDS,
+    MAX_PART_NUMBER,
+    MAX_PUT_SIZE,
+    MIN_PART_SIZE,
+    BodyStream,
+    ExpectedDigests,
+    PutResult,
+    ReceivedBody,
+    StreamBody,
+    multipart_etag,
+)
+from app.services.core import GatewayCore
+from app.services.destage import UploadSpec, upload
+from app.services.writemode import WriteMode
+
+log = logging.getLogger("ferry.gateway")
+
+
+class MultipartService(GatewayCore):
+    """The multipart upload operations."""
+
+    async def create_upload(self, bucket: str, key: str, tenant_id: int | None,
+                            content_headers: dict[str, str], metadata: dict[str, str],
+                            checksum_algorithm: str | None) -> UploadInfo:
+        validate_key(key)
+        self._mode_for(bucket, key)  # a read-only mapping refuses the upload up front
+        await self._check_bucket(bucket)
+        upload_id = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")
+        headers = {"content": content_headers, "metadata": metadata}
+        return await self._run(self.catalog.create_upload, upload_id, bucket, key, tenant_id, headers,
+                               checksum_algorithm)
+
+    async def _upload(self, bucket: str, key: str, upload_id: str) -> tuple[UploadInfo, dict[str, Any]]:
+        found = await self._run(self.catalog.get_upload, upload_id)
+        if found is None:
+            raise _not_open(await self._run(self.catalog.upload_state, upload_id), upload_id)
+        if found[0].bucket != bucket or found[0].key != key:
+            raise S3Error("NoSuchUpload", UploadId=upload_id)
+        return found
+
+    @staticmethod
+    def _check_part_number(number: int) -> None:
+        if not 1 <= number <= MAX_PART_NUMBER:
+            raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive")
+
+    async def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: BodyStream,
+                          expected: ExpectedDigests) -> PutResult:
+        self._check_part_number(number)
+        info, _ = await self._upload(bucket, key, upload_id)
+        if info.checksum_algorithm:
+            expected.algorithms.add(info.checksum_algorithm)
+        reserved = await self._reserve(expected.declared_size, self._mode_for(bucket, key).buffers)
+        try:
+            received = await self.receive(body, expected, MAX_PUT_SIZE)
+        finally:
+            self._release(reserved)
+        return await self._store_part(upload_id, number, received, bucket, key)
+
+    async def _store_part(self, upload_id: str, number: int, received: ReceivedBody, bucket: str,
+                          key: str) -> PutResult:
+        blob = await self._run(self.blobs.commit, received.staging)
+        part = PartInfo(number, received.staging.size, received.digests.md5_hex(), datetime.now(UTC),
+                        received.checksums)
+        try:
+            old = await self._run(self.catalog.put_part, upload_id, part, blob)
+        except UploadNotOpen as exc:
+            await self._run(self.blobs.delete, blob)
+            raise _not_open(exc.state, upload_id) from None
+        except BaseException:
+            await self._run(self.blobs.delete, blob)
+            raise
+        self.blobs.settle(blob)  # a committed part row holds it: no longer crash garbage
+        self._dirty_cached += part.size
+        if old:
+            await self._run(self.blobs.delete, old)
+        self._copy_part_ahead(bucket, key, upload_id, part, blob)
+        return PutResult(part.etag, part.checksums)
+
+    def _copy_part_ahead(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
+        """Copy a part to a remote multipart upload now, in the background, so the remote holds
+        most of the object when the client completes it (the destage then only sends what is
+        missing). Best effort: any failure just leaves the part to the destage."""
+        if not self.eager_parts:
+            return
+        self.part_copies.started(bucket, key)
+        task = asyncio.ensure_future(self._copy_part(bucket, key, upload_id, part, blob))
+        self._ahead.add(task)
+        task.add_done_callback(self._ahead.discard)
+
+    async def _copy_part(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
+        try:
+            await anyio.to_thread.run_sync(self._copy_part_sync, bucket, key, upload_id, part, blob,
+                                           limiter=self._ahead_limiter)
+        except Exception as exc:  # the destage sends this part instead
+            log.info("copying part %s of %s/%s ahead failed: %s", part.part_number, bucket, key, exc)
+        finally:
+            self.part_copies.finished(bucket, key)
+
+    def _copy_part_sync(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
+        remote_id = self.catalog.remote_upload(upload_id)
+        if remote_id is None:
+            found = self.catalog.get_upload(upload_id)
+            if found is None:
+                return  # completed or aborted meanwhile
+            info, headers = found
+            created = self.remote.create_multipart(bucket, key, dict(headers.get("content", {})),
+                                                   dict(headers.get("metadata", {})), info.checksum_algorithm)
+            remote_id = self.catalog.claim_remote_upload(upload_id, created)
+            if remote_id != created:  # another worker created one first, or the upload ended
+                self.remote.abort_multipart(bucket, key, created)
+            if remote_id is None:
+                return
+        md5_b64 = base64.b64encode(bytes.fromhex(part.etag)).decode()
+        try:
+            fh = open(self.blobs.path(blob), "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return  # replaced by a newer upload of the same part, or completed and destaged
+        with fh:
+            self.remote.upload_part(bucket, key, remote_id, part.part_number, fh, part.size, md5_b64, part.checksums)
+
+    async def upload_part_copy(self, bucket: str, key: str, upload_id: str, number: int, src_bucket: str,
+                               src_key: str, src_range: str | None,
+                               check: Callable[[ObjectMeta], None]) -> tuple[str, datetime]:
+        self._check_part_number(number)
+        await self._upload(bucket, key, upload_id)
+        source = await self.head_object(src_bucket, src_key)
+        check(source)
+        rng = _parse_copy_range(src_range, source.size)
+        read = await self.get_object(src_bucket, src_key, RangeRequest.span(*rng) if rng else WHOLE)
+        expected = ExpectedDigests(declared_size=(rng[1] - rng[0] + 1) if rng else source.size)
+        received = await self.receive(StreamBody(read.stream), expected, MAX_PUT_SIZE)
+        result = await self._store_part(upload_id, number, received, bucket, key)
+        return result.etag, datetime.now(UTC)
+
+    async def list_parts(self, bucket: str, key: str, upload_id: str, marker: int, max_parts: int
+                         ) -> tuple[UploadInfo, list[PartInfo], bool]:
+        info, _ = await self._upload(bucket, key, upload_id)
+        rows = await self._run(self.catalog.parts, upload_id, marker, max_parts + 1)
+        parts = [p for p, _ in rows]
+        return info, parts[:max_parts], len(parts) > max_parts
+
+    async def list_uploads(self, bucket: str, prefix: str, key_marker: str | None, max_uploads: int
+                           ) -> tuple[list[UploadInfo], bool]:
+        await self.head_bucket(bucket)
+        rows = await self._run(self.catalog.list_uploads, bucket, prefix, key_marker, max_uploads + 1)
+        return rows[:max_uploads], len(rows) > max_uploads
+
+    async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        await self._upload(bucket, key, upload_id)
+        try:
+            blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id)
+        except UploadNotOpen as exc:  # a Complete claimed it meanwhile
+            raise _not_open(exc.state, upload_id) from None
+        for blob in blobs:
+            await self._run(self.blobs.delete, blob)
+        if remote_id is not None:
+            await self._run(self.remote.abort_multipart, bucket, key, remote_id)
+
+    async def complete_upload(self, bucket: str, key: str, upload_id: str,
+                              requested: list[tuple[int, str, dict[str, str]]]) -> str:
+        """One atomic claim of the upload: exactly one Complete commits the object from the parts
+        it re-reads under the claim; a duplicate waits and answers the committed result."""
+        mode = self._mode_for(bucket, key)
+        token = secrets.token_hex(16)
+        wait = CLAIM_POLL_SECONDS
+        while True:
+            outcome, found = await self._run(self.catalog.claim_complete, upload_id, bucket, key, token,
+                                             mode.claim_seconds)
+            if outcome == "completed":
+                assert isinstance(found, CompletedUpload)
+                return _repeated(found, bucket, key, upload_id, requested)
+            if outcome == "gone":
+                raise S3Error("NoSuchUpload", UploadId=upload_id)
+            if outcome == "busy":  # another Complete holds the claim: wait for its result
+                await asyncio.sleep(wait)
+                wait = min(1.0, wait * 2)
+                continue
+            assert isinstance(found, tuple)
+            try:
+                return await self._complete_claimed(bucket, key, upload_id, requested, found, token, mode)
+            except ClaimLost:
+                continue  # our lease ran out and another Complete took over: answer its result
+            except BaseException:
+                await self._run(self.catalog.release_claim, upload_id, token)
+                raise
+
+    async def _complete_claimed(self, bucket: str, key: str, upload_id: str,
+                                requested: list[tuple[int, str, dict[str, str]]],
+                                found: tuple[UploadInfo, dict[str, Any]], token: str, mode: WriteMode) -> str:
+        """Validate the part list against the parts as they are now, then commit the object
+        (write-back: its journal row; write-through: the remote upload) under the claim."""
+        info, headers = found
+        stored = {p.part_number: (p, blob) for p, blob in await self._run(self.catalog.parts, upload_id)}
+        chosen = _choose_parts(key, requested, stored)
+        await self._check_parts_here(upload_id, chosen)
+        etag = multipart_etag([p.etag for p, _ in chosen])
+        claim = UploadClaim(upload_id, token, CompletedUpload(bucket, key, etag,
+                                                              [(p.part_number, p.etag) for p, _ in chosen]))
+        content = dict(headers.get("content", {}))
+        metadata = dict(headers.get("metadata", {}))
+        pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
+        size = sum(p.size for p in pieces)
+        remote_id = await self._run(self.catalog.remote_upload, upload_id)
+        if await mode.journals(bucket, key):
+            assert self.journal is not None
+            # The parts become the object's blobs: no byte is copied again.
+            row = await self._run(functools.partial(
+                self.journal.append_put, bucket, key, size, etag, pieces, multipart=True,
+                content_headers=content, metadata=metadata,
+                checksums=composite_checksum(info.checksum_algorithm, pieces),
+                checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=claim,
+                remote_upload_id=remote_id, invalidate_cache=self.cache is not None))
+            unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
+            for blob in unused:
+                await self._run(self.blobs.delete, blob)
+            await mode.hand_on(row)
+            return etag
+        spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm,
+                          remote_id)
+        await self._run(upload, self.remote, self.blobs, spec, self.part_concurrency)
+        for blob in await self._run(self.catalog.finish_upload, claim):
+            await self._run(self.blobs.delete, blob)
+        await self._written(bucket, key)
+        return etag
+
+    async def _check_parts_here(self, upload_id: str, chosen: list[tuple[PartInfo, str]]) -> None:
+        """Parts live in the data directory of the node that received them; until nodes fetch
+        each other's parts, a Complete elsewhere is refused (it could only commit a row whose
+        blobs this disk does not hold)."""
+        nodes = await self._run(self.catalog.part_nodes, upload_id)
+        here = self.catalog.node_id
+        for part, _ in chosen:
+            owner = nodes.get(part.part_number)
+            if owner is not None and here is not None and owner != here:
+                raise S3Error("InvalidRequest", f"Part {part.part_number} of this upload is held by node "
+                              f"{owner!r}; send CompleteMultipartUpload to that node")
+
+
+
+def _not_open(state: str | None, upload_id: str) -> S3Error:
+    """S3's answers for an upload that is no longer open: a Complete in progress conflicts
+    (409 OperationAborted, retryable); a completed, aborted or unknown upload is NoSuchUpload."""
+    if state == UploadState.COMPLETING:
+        return S3Error("OperationAborted", "A CompleteMultipartUpload of this upload is in progress.")
+    return S3Error("NoSuchUpload", UploadId=upload_id)
+
+
+def _repeated(done: CompletedUpload, bucket: str, key: str, upload_id: str,
+              requested: list[tuple[int, str, dict[str, str]]]) -> str:
+    """A repeated Complete of a completed upload gets the committed answer (a retried request
+    never turns a success into a failure); a different part list or target is NoSuchUpload."""
+    if (done.bucket, done.key) != (bucket, key) or [(n, e) for n, e, _ in requested] != done.parts:
+        raise S3Error("NoSuchUpload", UploadId=upload_id)
+    return done.etag
+
+
+def _choose_parts(key: str, requested: list[tuple[int, str, dict[str, str]]],
+                  stored: dict[int, tuple[PartInfo, str]]) -> list[tuple[PartInfo, str]]:
+    """The stored parts a Complete lists, checked as S3 checks them (order, ETags, sizes)."""
+    chosen: list[tuple[PartInfo, str]] = []
+    previous = 0
+    for number, etag, _checksums in requested:
+        if number <= previous:
+            raise S3Error("InvalidPartOrder")
+        previous = number
+        found = stored.get(number)
+        if found is None or found[0].etag != etag:
+            raise S3Error("InvalidPart", PartNumber=str(number), ETag=etag)
+        chosen.append(found)
+    for part, _ in chosen[:-1]:
+        if part.size < MIN_PART_SIZE:
+            raise S3Error("EntityTooSmall", ProposedSize=str(part.size), MinSizeAllowed=str(MIN_PART_SIZE),
+                          PartNumber=str(part.part_number), ETag=part.etag)
+    validate_object_size(key, sum(p.size for p, _ in chosen))
+    return chosen
+
+
+def _parse_copy_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """x-amz-copy-source-range: ``bytes=first-last``, both required, inside the source."""
+    if not header:
+        return None
+    value = header.strip()
+    if not value.startswith("bytes="):
+        raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form "
+                      "bytes=first-last where first and last are the zero-based offsets")
+    try:
+        first_s, last_s = value[6:].split("-", 1)
+        first, last = int(first_s), int(last_s)
+    except ValueError as exc:
+        raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form "
+                      "bytes=first-last") from exc
+    if first < 0 or last < first or last >= size:
+        raise S3Error("InvalidRange", ActualObjectSize=str(size), RangeRequested=value)
+    return first, last
+
+
+
+
+def composite_checksum(algorithm: str | None, pieces: list[BlobRef]) -> dict[str, str]:
+    """S3's checksum of a multipart object: the checksum of the parts' checksums, then ``-N``."""
+    if not algorithm or not pieces or any(algorithm not in p.checksums for p in pieces):
+        return {}
+    from app.domain.checksums import new_checksum
+
+    combined = new_checksum(algorithm)
+    for piece in pieces:
+        combined.update(base64.b64decode(piece.checksums[algorithm]))
+    return {algorithm: f"{combined.b64digest()}-{len(pieces)}"}

@@ -1,0 +1,182 @@
+"""Writes: put, copy and delete, into the journal (write-back) or to the remote (write-through)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import datetime
+
+from app.domain.errors import S3Error
+from app.domain.names import validate_key, validate_object_size
+from app.domain.objects import (
+    ObjectMeta,
+)
+from app.domain.versions import BlobRef, VersionRow
+from app.services.bodies import (
+    MAX_PUT_SIZE,
+    BodyStream,
+    ExpectedDigests,
+    PutResult,
+    ReceivedBody,
+    StreamBody,
+)
+from app.services.core import GatewayCore
+from app.services.writemode import WriteMode
+
+
+class WritesService(GatewayCore):
+    """PutObject, CopyObject, DeleteObject(s)."""
+
+    async def put_object(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
+                         metadata: dict[str, str], expected: ExpectedDigests) -> PutResult:
+        validate_key(key)
+        mode = self._mode_for(bucket, key)
+        await mode.admit(bucket)
+        reserved = await mode.reserve(expected.declared_size)
+        try:
+            received = await self.receive(body, expected, MAX_PUT_SIZE)
+        finally:
+            self._release(reserved)
+        try:
+            validate_object_size(key, received.staging.size)
+            # Asked once the body is here, right before it is written: a row buffered while it
+            # arrived (the mode turned write-back meanwhile) is older than this write.
+            journaled = await mode.journals(bucket, key)
+        except BaseException:
+            await self._run(self.blobs.discard, received.staging)
+            raise
+        if journaled:
+            row = await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
+            await mode.hand_on(row)
+            return PutResult(row.etag, received.checksums)
+        try:
+            etag = await self._run(self._upload_file, bucket, key, received, content_headers, metadata)
+        finally:
+            await self._run(self.blobs.discard, received.staging)
+        await self._written(bucket, key)
+        return PutResult(etag, received.checksums)
+
+    async def _journal_put(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
+                           metadata: dict[str, str], tenant_id: int | None = None, submit: bool = True) -> VersionRow:
+        """fsync the body into the store, commit its journal row, hand it to the executor
+        (unless ``submit`` is False: the caller destages it itself)."""
+        journal = self.journal
+        assert journal is not None
+
+        def commit() -> VersionRow:  # one thread hop for both fsyncs (body, then journal)
+            blob = self.blobs.commit(received.staging)
+            piece = BlobRef(blob, received.staging.size, received.digests.md5_hex(), received.checksums)
+            try:
+                row = journal.append_put(
+                    bucket, key, piece.size, piece.etag, [piece], multipart=False, content_headers=content_headers,
+                    metadata=metadata, checksums=received.checksums, checksum_algorithm=None, tenant_id=tenant_id,
+                    invalidate_cache=self.cache is not None)
+            except BaseException:
+                self.blobs.delete(blob)
+                raise
+            self.blobs.settle(blob)  # a committed row holds it: no longer crash garbage
+            return row
+
+        row = await self._run(commit)
+        self._dirty_cached += row.size  # until the next re-read, count what this process added
+        if submit:
+            self._submit(row)
+        return row
+
+    def _upload_file(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
+                     metadata: dict[str, str]) -> str:
+        with open(received.staging.path, "rb") as fh:
+            etag = self.remote.put_object(bucket, key, fh, received.staging.size, received.digests.md5_b64(),
+                                          content_headers, metadata, received.checksums)
+        return etag or received.digests.md5_hex()
+
+    async def copy_object(self, bucket: str, key: str, src_bucket: str, src_key: str, replace: bool,
+                          content_headers: dict[str, str], metadata: dict[str, str],
+                          check: Callable[[ObjectMeta], None]) -> tuple[str, datetime]:
+        validate_key(key)
+        validate_key(src_key)
+        source = await self.head_object(src_bucket, src_key)
+        check(source)
+        validate_object_size(key, source.size)
+        if src_bucket == bucket and src_key == key and not replace:
+            raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to copy an "
+                          "object to itself without changing the object's metadata, storage class, "
+                          "website redirect location or encryption attributes.")
+        if source.size > MAX_PUT_SIZE:
+            raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
+                          "allowable size for a copy source: 5368709120")
+        if not replace:
+            content_headers, metadata = dict(source.content_headers), dict(source.metadata)
+        mode = self._mode_for(bucket, key)
+        if await mode.journals(bucket, key):
+            row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
+            await mode.hand_on(row)
+            return row.etag, row.created_at
+        result = await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
+                                 content_headers, metadata)
+        await self._written(bucket, key)
+        return result
+
+    async def _copy_local(self, bucket: str, key: str, src_bucket: str, src_key: str, source: ObjectMeta,
+                          content_headers: dict[str, str], metadata: dict[str, str]) -> VersionRow:
+        """A copy whose bytes go through the journal like any write, keeping key order (the
+        caller hands the row on).
+
+        A server-side copy on the remote could land before an older buffered write of the same
+        key is destaged, which would then overwrite it; so the copy is staged locally instead.
+        """
+        reserved = await self._reserve(source.size)
+        try:
+            read = await self.get_object(src_bucket, src_key)
+            received = await self.receive(StreamBody(read.stream), ExpectedDigests(declared_size=source.size), MAX_PUT_SIZE)
+        finally:
+            self._release(reserved)
+        if "-" not in source.etag and received.digests.md5_hex() != source.etag:
+            await self._run(self.blobs.discard, received.staging)
+            raise S3Error("InternalError", "the copy source changed while it was read")
+        return await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
+
+    async def _journal_delete(self, bucket: str, key: str) -> VersionRow:
+        assert self.journal is not None
+        return await self._run(functools.partial(self.journal.append_delete, bucket, key, None,
+                                                 invalidate_cache=self.cache is not None))
+
+    async def delete_object(self, bucket: str, key: str) -> None:
+        validate_key(key)
+        mode = self._mode_for(bucket, key)
+        await mode.admit(bucket)
+        if await mode.journals(bucket, key):
+            await mode.hand_on(await self._journal_delete(bucket, key))
+            return
+        await self._run(self.remote.delete_object, bucket, key)
+        await self._written(bucket, key)
+
+    async def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
+        failures: dict[str, tuple[str, str]] = {}
+        valid: list[str] = []
+        for key in keys:
+            try:
+                validate_key(key)
+                valid.append(key)
+            except S3Error as err:
+                failures[key] = (err.code, err.message)
+        routed: list[tuple[str, WriteMode]] = []
+        for key in valid:
+            try:
+                routed.append((key, self._mode_for(bucket, key)))
+            except S3Error as err:
+                failures[key] = (err.code, err.message)
+        for mode in {id(m): m for _, m in routed}.values():  # each mode admits the bucket once
+            await mode.admit(bucket)
+        direct: list[str] = []
+        for key, mode in routed:
+            if await mode.journals(bucket, key):
+                await mode.hand_on(await self._journal_delete(bucket, key))
+            else:
+                direct.append(key)
+        if direct:
+            failures.update(await self._run(self.remote.delete_objects, bucket, direct))
+        for key in direct:
+            if key not in failures:
+                await self._written(bucket, key)
+        return failures

@@ -1,0 +1,1 @@
+"""In-memory stand-ins for the remote port, for unit tests of the services (no SeaweedFS)."""

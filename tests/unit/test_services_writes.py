@@ -1,0 +1,163 @@
+"""The write and destage services on a fake remote with a real SQLite journal: no SeaweedFS."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from app.domain.errors import S3Error
+from app.domain.states import VersionState
+from tests.fakes.faulty import Fault, FaultyRemote
+from tests.fakes.harness import body, build, read_all
+
+
+def test_put_read_your_writes_destage_durable(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+    data = b"hello ferry " * 1000
+
+    async def scenario() -> None:
+        etag = await svc.put("b", "k", data)
+        assert etag == hashlib.md5(data).hexdigest()
+        assert "k" not in remote.buckets["b"]  # acknowledged, not yet remote
+        assert await svc.get("b", "k") == data  # read-your-writes from the journal's blob
+        row = svc.journal.latest_dirty("b", "k")
+        assert row is not None and row.state is VersionState.BUFFERED
+        assert svc.destage_all() == ["durable"]
+        assert remote.buckets["b"]["k"].data == data
+        assert remote.buckets["b"]["k"].etag == etag
+        assert svc.journal.latest_dirty("b", "k") is None
+        assert not svc.blobs.path(row.blobs[0].blob).exists()  # dropped once durable
+        assert await svc.get("b", "k") == data  # now from the remote
+
+    asyncio.run(scenario())
+
+
+def test_5xx_during_destage_retries_then_lands(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+    remote.inject("put_object", Fault("5xx"), Fault("5xx"))
+
+    async def scenario() -> None:
+        await svc.put("b", "k", b"v1")
+        seq = svc.executor.queued[0]
+        assert svc.destager.destage(seq) == "retry"
+        assert svc.destager.destage(seq) == "retry"
+        row = svc.journal.get(seq)
+        assert row is not None and row.state is VersionState.BUFFERED and row.attempts == 2
+        assert await svc.get("b", "k") == b"v1"  # still served locally meanwhile
+        assert svc.destager.destage(seq) == "durable"
+        assert remote.buckets["b"]["k"].data == b"v1"
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("kind", ["reset", "truncate"])
+def test_body_cut_during_destage_keeps_the_row(tmp_path: Path, kind: str) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+    data = bytes(range(256)) * 400
+    remote.inject("put_object", Fault(kind, keep=1000))
+
+    async def scenario() -> None:
+        await svc.put("b", "k", data)
+        seq = svc.executor.queued[0]
+        assert svc.destager.destage(seq) == "retry"
+        assert "k" not in remote.buckets["b"]  # nothing partial landed
+        row = svc.journal.get(seq)
+        assert row is not None and row.state is VersionState.BUFFERED
+        assert svc.blobs.path(row.blobs[0].blob).read_bytes() == data  # the bytes are intact
+        assert svc.destager.destage(seq) == "durable"
+        assert remote.buckets["b"]["k"].data == data
+
+    asyncio.run(scenario())
+
+
+def test_newer_write_supersedes_older_row(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+
+    async def scenario() -> None:
+        await svc.put("b", "k", b"old")
+        await svc.put("b", "k", b"new")
+        assert await svc.get("b", "k") == b"new"
+        assert svc.destage_all() == ["superseded", "durable"]
+        assert remote.buckets["b"]["k"].data == b"new"
+
+    asyncio.run(scenario())
+
+
+def test_copy_source_changing_between_requests_is_refused(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+
+    async def scenario() -> None:
+        await svc.put("b", "src", b"source bytes")
+        svc.destage_all()
+        remote.inject("head_object", Fault("etag"))  # HEAD sees one ETag, the GET another body
+        with pytest.raises(S3Error) as err:
+            await svc.gateway.copy_object("b", "dst", "b", "src", False, {}, {}, lambda meta: None)
+        assert err.value.code == "InternalError"
+        assert svc.journal.latest_dirty("b", "dst") is None  # no row was committed
+        assert svc.executor.queued == []
+
+    asyncio.run(scenario())
+
+
+def test_multipart_complete_then_destage(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+    part1, part2 = b"a" * (5 * 1024 * 1024), b"tail"
+
+    async def scenario() -> None:
+        from app.services.bodies import ExpectedDigests
+
+        gw = svc.gateway
+        info = await gw.create_upload("b", "mp", None, {}, {}, None)
+        r1 = await gw.upload_part("b", "mp", info.upload_id, 1, body(part1, 1024 * 1024),
+                                  ExpectedDigests(declared_size=len(part1)))
+        r2 = await gw.upload_part("b", "mp", info.upload_id, 2, body(part2), ExpectedDigests(declared_size=4))
+        etag = await gw.complete_upload("b", "mp", info.upload_id, [(1, r1.etag, {}), (2, r2.etag, {})])
+        assert etag.endswith("-2")
+        assert await read_all(await gw.get_object("b", "mp")) == part1 + part2
+        assert "mp" not in remote.buckets["b"]
+        assert svc.destage_all() == ["durable"]
+        assert remote.buckets["b"]["mp"].data == part1 + part2
+        assert remote.buckets["b"]["mp"].etag == etag
+        # A repeated Complete answers the committed result (a retry never turns into a failure).
+        again = await gw.complete_upload("b", "mp", info.upload_id, [(1, r1.etag, {}), (2, r2.etag, {})])
+        assert again == etag
+
+    asyncio.run(scenario())
+
+
+def test_write_through_goes_to_the_remote_unless_behind_a_backlog(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote, mode="write-through")
+
+    async def scenario() -> None:
+        await svc.put("b", "direct", b"now")
+        assert remote.buckets["b"]["direct"].data == b"now"  # on the remote before the answer
+        assert svc.journal.latest_dirty("b", "direct") is None
+        # A backlog of the key (an older buffered row): the write is journaled behind it and
+        # destaged inline, superseding the older row.
+        older = svc.journal.append_delete("b", "k", None)
+        await svc.put("b", "k", b"newer")
+        assert remote.buckets["b"]["k"].data == b"newer"
+        assert svc.journal.latest_dirty("b", "k") is None
+        assert svc.destager.destage(older.seq) == "superseded"  # never lands over the newer one
+        assert remote.buckets["b"]["k"].data == b"newer"
+        await svc.gateway.delete_object("b", "direct")
+        assert "direct" not in remote.buckets["b"]
+
+    asyncio.run(scenario())
