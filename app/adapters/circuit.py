@@ -2,9 +2,12 @@
 every request waiting out its own timeouts.
 
 Closed: calls go through. After ``failures`` consecutive calls that got no answer (network errors
-and timeouts, after the client's own retries) or a 5xx, the circuit opens: calls fail at once with
-``503 ServiceUnavailable`` without touching the remote. After ``cooldown`` seconds it is half-open:
-one call at a time goes through as a probe; an answer closes the circuit, a failure reopens it.
+and timeouts, after the client's own retries), the circuit opens: calls fail at once with
+``503 ServiceUnavailable`` without touching the remote. Any HTTP answer, a 5xx or SlowDown
+included, proves the remote alive: those are retried by the client and passed on, never a reason to
+refuse everyone. After ``cooldown`` seconds it is half-open: one call at a time goes through as a
+probe (a probe that never reports back is replaced after another cooldown); an answer closes the
+circuit, a failure reopens it.
 The destage keeps retrying with its own backoff: an open circuit only makes its attempts cheap.
 """
 
@@ -38,7 +41,7 @@ class CircuitBreaker:
         self._state = CLOSED
         self._consecutive = 0
         self._opened_at = 0.0
-        self._probing = False
+        self._probe_at: float | None = None  # when the half-open probe in flight started
         CIRCUIT_STATE.labels(endpoint).set(CLOSED)
 
     @property
@@ -61,18 +64,24 @@ class CircuitBreaker:
             state = self._current()
             if state == CLOSED:
                 return
-            if state == HALF_OPEN and not self._probing:
-                self._probing = True
+            now = time.monotonic()
+            if state == HALF_OPEN and (self._probe_at is None or now - self._probe_at >= self.cooldown):
+                self._probe_at = now
                 return
         CIRCUIT_REJECTED.labels(self.endpoint).inc()
         retry_in = max(1, int(self.cooldown - (time.monotonic() - self._opened_at)) + 1)
         raise S3Error("ServiceUnavailable", "The remote region is not answering (circuit open); retry later.",
                       headers={"Retry-After": str(retry_in)})
 
-    def record(self, ok: bool) -> None:
-        """A call ended: ``ok`` when the remote answered (any status below 500)."""
+    def release(self) -> None:
+        """A call ended without telling whether the remote is up: only free the probe slot."""
         with self._lock:
-            self._probing = False
+            self._probe_at = None
+
+    def record(self, ok: bool) -> None:
+        """A call ended: ``ok`` when the remote answered at all (any HTTP status)."""
+        with self._lock:
+            self._probe_at = None
             if ok:
                 self._consecutive = 0
                 if self._state != CLOSED:
@@ -89,8 +98,8 @@ class CircuitBreaker:
         def before(**_: Any) -> None:
             self.before()
 
-        def after(http_response: Any, **_: Any) -> None:
-            self.record(int(getattr(http_response, "status_code", 0) or 0) < 500)
+        def after(**_: Any) -> None:
+            self.record(True)
 
         def after_error(exception: Exception | None = None, **_: Any) -> None:
             network = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionClosedError,

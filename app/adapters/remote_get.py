@@ -82,10 +82,13 @@ class LeanGetter:
         self.circuit.before()
         try:
             response = self._get(url, headers)
-        except BaseException:
-            self.circuit.record(False)
+        except _NETWORK_ERRORS:
+            self.circuit.record(False)  # no answer: the remote may be down
             raise
-        self.circuit.record(response.status_code < 500)
+        except BaseException:
+            self.circuit.release()  # not the remote's fault: says nothing either way
+            raise
+        self.circuit.record(True)  # any HTTP answer proves the remote alive
         return response
 
     def _get(self, url: str, headers: dict[str, str]) -> Any:
