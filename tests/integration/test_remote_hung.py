@@ -109,6 +109,9 @@ def test_open_circuit_fails_fast_and_closes_after_resume(hung_remote: SeaweedSer
             assert sorted(times)[len(times) // 2] < 0.1 and max(times) < 0.5, times  # 2 shared cores
             assert all(h.get("retry-after") for _, h in fast)
             assert circuit_state(gw, hung_remote.endpoint) == 2.0  # open
+            ready = httpx.get(f"{gw.endpoint}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+            circuit = ready.json()["checks"]["remote_circuit"]
+            assert ready.status_code == 503 and circuit["ok"] is False and circuit["detail"] == "circuit open", ready.text
         finally:
             hung_remote.resume()
         deadline = time.monotonic() + 20
