@@ -90,6 +90,10 @@ def remote_config(settings: Settings) -> RemoteConfig:
         max_connections=settings.remote_max_connections,
         connect_timeout=settings.remote_connect_timeout,
         read_timeout=settings.remote_read_timeout,
+        max_attempts=settings.remote_max_attempts,
+        deadline=settings.remote_deadline,
+        circuit_failures=settings.remote_circuit_failures,
+        circuit_cooldown=settings.remote_circuit_cooldown,
         verify_tls=settings.remote_verify_tls,
     )
 

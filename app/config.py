@@ -50,8 +50,17 @@ class Settings(BaseSettings):
     remote_secret_key: str | None = None
     remote_addressing_style: Literal["path", "virtual", "auto"] = "path"
     remote_max_connections: int = Field(64, ge=1)
-    remote_connect_timeout: float = Field(5.0, gt=0)
-    remote_read_timeout: float = Field(60.0, gt=0)
+    remote_connect_timeout: float = Field(3.0, gt=0)
+    # Seconds without a byte from the remote before an attempt fails: a hung remote (accepting, never
+    # answering) costs a request about max_attempts x this, so keep both small.
+    remote_read_timeout: float = Field(10.0, gt=0)
+    remote_max_attempts: int = Field(2, ge=1)  # attempts per remote call, the first included
+    # No new attempt of a remote call starts after this many seconds (the lean GET's retry loop).
+    remote_deadline: float = Field(15.0, gt=0)
+    # The circuit opens after this many consecutive remote calls without an answer; while open,
+    # calls fail at once (503) and one probe goes through every remote_circuit_cooldown seconds.
+    remote_circuit_failures: int = Field(1, ge=1)
+    remote_circuit_cooldown: float = Field(5.0, gt=0)
     remote_verify_tls: bool = True
 
     access_key: str | None = None

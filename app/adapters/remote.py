@@ -23,6 +23,7 @@ from botocore.config import Config
 from botocore.handlers import validate_ascii_metadata
 
 from app import metrics
+from app.adapters.circuit import CircuitBreaker
 from app.adapters.remote_get import LeanGetter, client_error, meta_from_headers, streaming_body
 from app.domain.checksums import ALGORITHMS
 from app.domain.errors import ERROR_TABLE, S3Error
@@ -54,8 +55,12 @@ class RemoteConfig:
     addressing_style: str = "path"
     max_connections: int = 64
     connect_timeout: float = 5.0
-    read_timeout: float = 60.0
+    read_timeout: float = 10.0
     verify_tls: bool = True
+    max_attempts: int = 2
+    deadline: float = 15.0
+    circuit_failures: int = 1
+    circuit_cooldown: float = 5.0
 
 
 @contextlib.contextmanager
@@ -164,7 +169,7 @@ class RemoteStore:
             max_pool_connections=cfg.max_connections,
             connect_timeout=cfg.connect_timeout,
             read_timeout=cfg.read_timeout,
-            retries={"max_attempts": 3, "mode": "standard"},
+            retries={"total_max_attempts": cfg.max_attempts, "mode": "standard"},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
             tcp_keepalive=True,
@@ -180,7 +185,9 @@ class RemoteStore:
         )
         self._register_expires_passthrough()
         metrics.instrument_boto_client(self.client)  # latency and errors by operation
-        self.lean = LeanGetter(self.client, cfg.addressing_style)
+        self.circuit = CircuitBreaker(cfg.endpoint or "aws", cfg.circuit_failures, cfg.circuit_cooldown)
+        self.circuit.instrument(self.client)
+        self.lean = LeanGetter(self.client, cfg.addressing_style, cfg.max_attempts, cfg.deadline, self.circuit)
         self._conditional: dict[str, bool] = {}  # bucket -> conditional writes honoured
 
     def _register_expires_passthrough(self) -> None:

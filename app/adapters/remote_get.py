@@ -31,6 +31,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.response import StreamingBody
 
 from app import metrics
+from app.adapters.circuit import CircuitBreaker
 from app.domain.checksums import ALGORITHMS
 from app.domain.objects import CONTENT_HEADERS, ObjectMeta
 
@@ -46,7 +47,8 @@ _NETWORK_ERRORS = (botocore.exceptions.EndpointConnectionError, botocore.excepti
 class LeanGetter:
     """Signed GETs through a boto3 S3 client's HTTP session (thread-safe, like the client)."""
 
-    def __init__(self, client: Any, addressing_style: str, max_attempts: int = 3) -> None:
+    def __init__(self, client: Any, addressing_style: str, max_attempts: int = 3,
+                 deadline: float = 15.0, circuit: CircuitBreaker | None = None) -> None:
         self.session = client._endpoint.http_session
         endpoint = urlsplit(client._endpoint.host)
         self.scheme, self.netloc = endpoint.scheme, endpoint.netloc
@@ -55,6 +57,8 @@ class LeanGetter:
         self.credentials = client._request_signer._credentials
         self.addressing_style = addressing_style
         self.max_attempts = max(1, max_attempts)
+        self.deadline = deadline  # seconds after which no new attempt starts (the client is waiting)
+        self.circuit = circuit
 
     def request_url(self, bucket: str, key: str) -> str | None:
         """The object's URL as botocore would address it, or None where this path does not apply."""
@@ -67,11 +71,32 @@ class LeanGetter:
             return f"{self.scheme}://{bucket}.{self.netloc}/{path}"
         return None
 
+    def _give_up(self, attempt: int, started: float) -> bool:
+        """True when no further attempt may start: out of attempts, or past the deadline."""
+        return attempt >= self.max_attempts or time.perf_counter() - started >= self.deadline
+
     def get(self, url: str, headers: dict[str, str]) -> Any:
+        """``_get`` guarded by the circuit breaker (a refused call raises 503 at once)."""
+        if self.circuit is None:
+            return self._get(url, headers)
+        self.circuit.before()
+        try:
+            response = self._get(url, headers)
+        except _NETWORK_ERRORS:
+            self.circuit.record(False)  # no answer: the remote may be down
+            raise
+        except BaseException:
+            self.circuit.release()  # not the remote's fault: says nothing either way
+            raise
+        self.circuit.record(True)  # any HTTP answer proves the remote alive
+        return response
+
+    def _get(self, url: str, headers: dict[str, str]) -> Any:
         """The remote's answer (a botocore ``AWSResponse`` whose body is not read yet).
 
         Retried like botocore's standard mode: connection failures and 429/5xx answers, with
-        jittered exponential backoff. The caller checks the status of what is returned.
+        jittered exponential backoff, but never past ``deadline``: a client is waiting, and a hung
+        remote must turn into a prompt 503, not minutes of retries. The caller checks the status.
         """
         started = time.perf_counter()
         attempt = 0
@@ -85,11 +110,11 @@ class LeanGetter:
             try:
                 response = self.session.send(prepared)
             except _NETWORK_ERRORS:
-                if attempt >= self.max_attempts:
+                if self._give_up(attempt, started):
                     metrics.remote_call_done("GetObject", "network", started, attempt - 1)
                     raise
             else:
-                if response.status_code not in RETRYABLE_STATUS or attempt >= self.max_attempts:
+                if response.status_code not in RETRYABLE_STATUS or self._give_up(attempt, started):
                     status = response.status_code
                     outcome = "ok" if status < 400 else ("client_error" if status < 500 else "server_error")
                     metrics.remote_call_done("GetObject", outcome, started, attempt - 1)

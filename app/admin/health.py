@@ -1,7 +1,8 @@
 """Readiness: can this node serve? Liveness (``/healthz``) only says the process answers.
 
-``/readyz`` checks the catalog, the broker (fleet mode), the default remote and free space in
-the data directory, each with a short bound, and answers 503 when any fails, so a load balancer
+``/readyz`` checks the catalog, the broker (fleet mode), the default remote (and its circuit
+breaker, open while the remote does not answer) and free space in the data directory, each
+with a short bound, and answers 503 when any fails, so a load balancer
 stops sending traffic to a node that would only produce errors.
 
 Probes are anonymous and frequent: an anonymous caller gets only ``{"ready": ...}`` (error
@@ -60,12 +61,20 @@ class CachedCheck:
         return self._result
 
 
+async def _circuit(container: Container) -> CheckResult:
+    """The default remote's circuit breaker: open means requests needing it fail at once."""
+    circuit = getattr(container.remote, "circuit", None)
+    state = circuit.state if circuit is not None else "closed"
+    return CheckResult(ok=state != "open", latency_ms=None, detail=f"circuit {state}")
+
+
 def _probes(container: Container) -> dict[str, Callable[[], Awaitable[CheckResult]]]:
     settings = container.settings
     ttl = settings.ready_cache_seconds
     probes: dict[str, Callable[[], Awaitable[CheckResult]]] = {
         "catalog": lambda: check_catalog(container.catalog.engine, 3.0),
         "remote": CachedCheck(lambda: check_remote(container.remote.cfg, None, 3.0), ttl),
+        "remote_circuit": lambda: _circuit(container),
         "disk": lambda: check_disk(settings.data_dir, settings.ready_min_free_bytes, settings.ready_min_free_ratio),
     }
     if settings.broker_url:

@@ -183,7 +183,7 @@ class S3App:
         body = xml.error_document(err.code, err.message, req.resource if req else None, request_id, err.fields)
         response = Response.xml(body, err.status)
         response.headers += list(err.headers.items())
-        if err.code == "SlowDown" and not any(k.lower() == "retry-after" for k, _ in err.headers.items()):
+        if err.code in ("SlowDown", "ServiceUnavailable") and not any(k.lower() == "retry-after" for k, _ in err.headers.items()):
             response.headers.append(("Retry-After", "1"))
         return response
 

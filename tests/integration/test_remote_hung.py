@@ -1,0 +1,136 @@
+"""A hung remote (SeaweedFS stopped with SIGSTOP: connections accepted, never answered) must not
+hang Ferry: every request that needs the remote answers 503 with Retry-After within the gateway's
+deadline, and write-back PUTs are still acknowledged and destaged once the remote is back.
+
+Before the deadlines (read timeout 60 s, 3 botocore attempts, the lean GET's own 3 attempts) a cold
+GET took minutes to answer; this test sets FERRY_REMOTE_READ_TIMEOUT=2 and keeps the default attempts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
+from tests.support.seaweed import SeaweedServer
+
+DEADLINE_S = 10.0  # what a client may wait for a 503 while the remote hangs
+HUNG_ENV = {"FERRY_REMOTE_READ_TIMEOUT": "2", "FERRY_REMOTE_CONNECT_TIMEOUT": "2",
+            "FERRY_SWEEP_INTERVAL": "0.5"}
+
+
+@pytest.fixture(scope="module")
+def hung_remote() -> Iterator[SeaweedServer]:
+    with SeaweedServer() as sw:
+        yield sw
+        if sw.paused:
+            sw.resume()
+
+
+def timed_503(call: Callable[[], Any]) -> tuple[float, dict[str, Any]]:
+    """Seconds until ``call`` failed, and the error's HTTP metadata; it must fail with 503."""
+    started = time.monotonic()
+    with pytest.raises(ClientError) as info:
+        call()
+    elapsed = time.monotonic() - started
+    meta = info.value.response["ResponseMetadata"]
+    assert meta["HTTPStatusCode"] == 503, info.value.response
+    return elapsed, meta["HTTPHeaders"]
+
+
+@pytest.mark.parametrize("mode", ["write-back", "write-through"])
+def test_hung_remote_answers_503_within_deadline(hung_remote: SeaweedServer, tmp_path: Path, mode: str) -> None:
+    """Each request is the half-open circuit's probe (cooldown 1 s): it discovers the hung remote
+    itself, in one remote call's attempts; its further remote calls fail at once. (Without the
+    breaker a request making k remote calls waits k x attempts x read timeout: up to 18 s here.)"""
+    bucket = hung_remote.create_bucket(f"hung-{mode}")
+    hung_remote.client().put_object(Bucket=bucket, Key="cold", Body=b"cold bytes")  # never read through Ferry
+    env = {**HUNG_ENV, "FERRY_DEFAULT_MODE": mode, "FERRY_REMOTE_CIRCUIT_COOLDOWN": "1"}
+    with GatewayProcess(hung_remote, tmp_path / "gw", env=env) as gw:
+        client = gw.client(read_timeout=120, connect_timeout=5)
+        client.head_bucket(Bucket=bucket)
+        hung_remote.pause()
+        try:
+            calls: dict[str, Callable[[], Any]] = {
+                "GET": lambda: client.get_object(Bucket=bucket, Key="cold")["Body"].read(),
+                "HEAD": lambda: client.head_object(Bucket=bucket, Key="cold"),
+                "ListObjectsV2": lambda: client.list_objects_v2(Bucket=bucket),
+            }
+            if mode == "write-through":
+                calls["PUT"] = lambda: client.put_object(Bucket=bucket, Key="wt", Body=b"x" * 1000)
+            for name, call in calls.items():
+                time.sleep(1.2)  # past the cooldown: this request probes the remote
+                elapsed, headers = timed_503(call)
+                print(f"{mode} {name}: 503 after {elapsed:.2f} s, Retry-After {headers.get('retry-after')}")
+                assert 1.5 < elapsed < DEADLINE_S, f"{name} took {elapsed:.1f} s"  # it did wait for the remote
+                assert headers.get("retry-after"), headers  # HEAD too: the header says when to come back
+            if mode == "write-back":
+                body = b"acknowledged while the remote hangs" * 1000
+                started = time.monotonic()
+                client.put_object(Bucket=bucket, Key="wb", Body=body)
+                print(f"write-back PUT acknowledged in {time.monotonic() - started:.3f} s")
+        finally:
+            hung_remote.resume()
+        if mode == "write-back":
+            result = gw.flush(bucket)
+            assert result["durable"], result
+            got = hung_remote.client().get_object(Bucket=bucket, Key="wb")["Body"].read()
+            assert hashlib.sha256(got).digest() == hashlib.sha256(body).digest()
+        time.sleep(1.2)  # past the cooldown: the next request probes, finds the remote back, closes it
+        assert client.get_object(Bucket=bucket, Key="cold")["Body"].read() == b"cold bytes"
+
+
+def test_open_circuit_fails_fast_and_closes_after_resume(hung_remote: SeaweedServer, tmp_path: Path) -> None:
+    """The first request discovers the hung remote; the next ones fail at once without touching it."""
+    bucket = hung_remote.create_bucket("hung-circuit")
+    seed = hung_remote.client()
+    for i in range(5):
+        seed.put_object(Bucket=bucket, Key=f"cold-{i}", Body=b"cold %d" % i)
+    env = {**HUNG_ENV, "FERRY_REMOTE_CIRCUIT_COOLDOWN": "3"}
+    with GatewayProcess(hung_remote, tmp_path / "gw", env=env) as gw:
+        client = gw.client(read_timeout=120, connect_timeout=5)
+        client.head_bucket(Bucket=bucket)
+        hung_remote.pause()
+        try:
+            first, _ = timed_503(lambda: client.get_object(Bucket=bucket, Key="cold-0")["Body"].read())
+            assert first < DEADLINE_S
+            fast = [timed_503(lambda key=f"cold-{i}": client.get_object(Bucket=bucket, Key=key)["Body"].read())
+                    for i in range(1, 5)]
+            fast += [timed_503(lambda: client.head_object(Bucket=bucket, Key="cold-1")),
+                     timed_503(lambda: client.list_objects_v2(Bucket=bucket))]
+            times = [t for t, _ in fast]
+            print(f"first 503 after {first:.2f} s; with the circuit open: {[round(t * 1000, 1) for t in times]} ms")
+            assert sorted(times)[len(times) // 2] < 0.1 and max(times) < 0.5, times  # 2 shared cores
+            assert all(h.get("retry-after") for _, h in fast)
+            assert circuit_state(gw, hung_remote.endpoint) == 2.0  # open
+            ready = httpx.get(f"{gw.endpoint}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+            circuit = ready.json()["checks"]["remote_circuit"]
+            assert ready.status_code == 503 and circuit["ok"] is False and circuit["detail"] == "circuit open", ready.text
+        finally:
+            hung_remote.resume()
+        deadline = time.monotonic() + 20
+        while True:  # half-open after the cooldown: one probe closes the circuit
+            try:
+                assert client.get_object(Bucket=bucket, Key="cold-3")["Body"].read() == b"cold 3"
+                break
+            except ClientError:
+                assert time.monotonic() < deadline, "the circuit did not close after the remote came back"
+                time.sleep(0.5)
+        print(f"recovered {20 - (deadline - time.monotonic()):.1f} s after SIGCONT")
+        assert circuit_state(gw, hung_remote.endpoint) == 0.0  # closed
+
+
+def circuit_state(gw: GatewayProcess, endpoint: str) -> float:
+    """ferry_remote_circuit_state of ``endpoint`` from the gateway's /metrics."""
+    text = httpx.get(f"{gw.endpoint}/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("ferry_remote_circuit_state{") and f'endpoint="{endpoint}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no circuit state for {endpoint} in /metrics")
