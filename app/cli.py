@@ -239,6 +239,29 @@ def quickstart(
     run(data_dir, port, remote_port)
 
 
+@cli.command()
+def doctor(
+    config: ConfigOpt = None,
+    serving: Annotated[bool, typer.Option(help="A gateway is meant to run on this data dir: its lock should be "
+                                               "held (default: it should be free).")] = False,
+    probe_bucket: Annotated[str | None, typer.Option(help="Measure remote bandwidth with a 1 MiB scratch "
+                                                          "object in this bucket (written, read, deleted).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds each network check may take.")] = 5.0,
+) -> None:
+    """Check settings, data dir, catalog, broker, remotes, TLS and admin token; exit 1 if any fails."""
+    from app.doctor import report
+    from app.doctor.checks import run_checks
+
+    settings = _settings(config)
+    ok = True
+    for finding in run_checks(settings, serving=serving, probe_bucket=probe_bucket, timeout=timeout):
+        line, passed = report([finding])
+        typer.echo(line[0])
+        ok = ok and passed
+    typer.echo("ferry doctor: all checks passed" if ok else "ferry doctor: problems found (FAIL lines above)")
+    raise typer.Exit(0 if ok else 1)
+
+
 # Admin commands (tenants, keys, policies, stage, flush, evict, status): app/cli_admin.py
 from app.cli_admin import register as _register_admin  # noqa: E402
 
