@@ -322,8 +322,19 @@ FINISHED = ("done", "failed", "cancelled")
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                    TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=False)
+    # binary_units: the bar says MiB like the summary (human()), not rich's default decimal MB.
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                    BinaryTransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=False)
+
+
+class BinaryTransferSpeedColumn(TransferSpeedColumn):
+    """Transfer speed in MiB/s (rich's own column is decimal-only)."""
+
+    def render(self, task: Any) -> Any:
+        from rich.text import Text
+
+        speed = task.finished_speed or task.speed
+        return Text("?" if speed is None else f"{human(speed)}/s", style="progress.data.speed")
 
 
 def stage(
@@ -403,8 +414,22 @@ def flush(
                 time.sleep(poll)
     durable = not pending and not failed
     typer.echo(f"durable={durable} pending={pending} failed={failed} waited={time.monotonic() - started:.3f}s")
+    if not durable:
+        _explain_pending(admin, bucket or None, key_prefix)
     if wait and not durable:
         raise typer.Exit(1)
+
+
+def _explain_pending(admin: Admin, bucket: str | None, prefix: str, limit: int = 5) -> None:
+    """Why a flush is not durable: the oldest writes still dirty, their attempts and last error."""
+    rows = admin.get("/admin/journal", bucket=bucket, prefix=prefix, limit=limit)["entries"]
+    for row in rows:
+        nxt = row.get("next_attempt_in_seconds")
+        retry = f", next attempt in {nxt:.0f}s" if nxt else ""
+        typer.echo(f"  oldest: s3://{row['bucket']}/{row['key']} seq={row['seq']} {row['status']} "
+                   f"attempts={row['attempts']}{retry} last_error={row['last_error'] or '-'}")
+    if rows:
+        typer.echo("  more: GET /admin/journal?state=failed; check the remote with `ferry doctor`")
 
 
 def evict(
