@@ -14,7 +14,6 @@ could not be reached (or the token was refused).
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +33,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+
+from app.domain import units
 
 UrlOpt = Annotated[str, typer.Option("--url", "--endpoint", envvar=["FERRY_URL", "FERRY_ENDPOINT"],
                                      help="Gateway URL (FERRY_URL).")]
@@ -100,19 +101,14 @@ def parse_target(spec: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
-
-
 def parse_size(text: str) -> int | None:
-    """``100GiB``, ``500M``, ``1024`` (bytes); ``none`` removes a limit. Binary and decimal units."""
+    """``100GiB``, ``500M``, ``1024`` (bytes); ``none`` removes a limit (app/domain/units.py)."""
     if text.strip().lower() in ("none", "unlimited", "-"):
         return None
-    match = _SIZE.match(text)
-    if not match:
-        raise typer.BadParameter(f"not a size: {text!r} (e.g. 500MiB, 10GB, 1048576, none)")
-    number, unit, suffix = match.groups()
-    base = 1024 if suffix.lower().startswith("i") else 1000
-    return int(float(number) * base ** ("kmgtp".index(unit.lower()) + 1 if unit else 0))
+    try:
+        return units.parse_size(text)
+    except ValueError:
+        raise typer.BadParameter(f"not a size: {text!r} (e.g. 500MiB, 10GB, 1048576, none)") from None
 
 
 def human(n: int | float | None) -> str:
