@@ -73,17 +73,29 @@ def _redact(url: str) -> str:
     return url
 
 
+def _flag_help(name: str, what: str, unset: str = "none") -> str:
+    """One line per flag: what it is, its variable and its default (from Settings). Parentheses,
+    not brackets: rich takes ``[...]`` for markup and drops it."""
+    default = Settings.model_fields[name].default
+    return f"{what} (env FERRY_{name.upper()}, default: {unset if default is None else default})"
+
+
 @cli.command()
 def serve(
     config: ConfigOpt = None,
-    host: Annotated[str | None, typer.Option(help="FERRY_HOST")] = None,
-    port: Annotated[int | None, typer.Option(help="FERRY_PORT")] = None,
-    workers: Annotated[int | None, typer.Option(help="FERRY_WORKERS: uvicorn worker processes")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="FERRY_DATA_DIR")] = None,
-    database_url: Annotated[str | None, typer.Option(help="FERRY_DATABASE_URL")] = None,
-    remote_endpoint: Annotated[str | None, typer.Option(help="FERRY_REMOTE_ENDPOINT")] = None,
-    tls_cert: Annotated[Path | None, typer.Option(help="FERRY_TLS_CERT")] = None,
-    tls_key: Annotated[Path | None, typer.Option(help="FERRY_TLS_KEY")] = None,
+    host: Annotated[str | None, typer.Option(help=_flag_help("host", "Address to listen on."))] = None,
+    port: Annotated[int | None, typer.Option(help=_flag_help("port", "S3 (and admin) port."))] = None,
+    workers: Annotated[int | None, typer.Option(help=_flag_help("workers", "uvicorn worker processes."))] = None,
+    data_dir: Annotated[Path | None, typer.Option(help=_flag_help(
+        "data_dir", "Buffered writes, read cache, lock (one gateway per directory)."))] = None,
+    database_url: Annotated[str | None, typer.Option(help=_flag_help(
+        "database_url", "Catalog/journal database URL (PostgreSQL for a fleet).", "SQLite in the data dir"))] = None,
+    remote_endpoint: Annotated[str | None, typer.Option(help=_flag_help(
+        "remote_endpoint", "Remote S3 URL; unset means AWS S3 (needs keys or FERRY_REMOTE_DEFAULT_CHAIN).",
+        "AWS S3"))] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help=_flag_help(
+        "tls_cert", "PEM certificate: serve HTTPS (with --tls-key).", "none, plain HTTP"))] = None,
+    tls_key: Annotated[Path | None, typer.Option(help=_flag_help("tls_key", "PEM private key of --tls-cert."))] = None,
     migrate: Annotated[bool, typer.Option(help="Apply catalog migrations before serving.")] = True,
 ) -> None:
     """Serve the S3 endpoint (and health/admin) with uvicorn."""
@@ -94,6 +106,7 @@ def serve(
     settings = _settings(config, **overrides)
     try:
         settings.require_node_id()
+        settings.require_remote()
     except ConfigError as exc:
         typer.echo(f"ferry: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -251,6 +264,29 @@ def mcp(
     from app.mcp.server import serve as serve_mcp
 
     serve_mcp(url, token, transport, host, port)
+
+
+@cli.command()
+def doctor(
+    config: ConfigOpt = None,
+    serving: Annotated[bool, typer.Option(help="A gateway is meant to run on this data dir: its lock should be "
+                                               "held (default: it should be free).")] = False,
+    probe_bucket: Annotated[str | None, typer.Option(help="Measure remote bandwidth with a 1 MiB scratch "
+                                                          "object in this bucket (written, read, deleted).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds each network check may take.")] = 5.0,
+) -> None:
+    """Check settings, data dir, catalog, broker, remotes, TLS and admin token; exit 1 if any fails."""
+    from app.doctor import report
+    from app.doctor.checks import run_checks
+
+    settings = _settings(config)
+    ok = True
+    for finding in run_checks(settings, serving=serving, probe_bucket=probe_bucket, timeout=timeout):
+        line, passed = report([finding])
+        typer.echo(line[0])
+        ok = ok and passed
+    typer.echo("ferry doctor: all checks passed" if ok else "ferry doctor: problems found (FAIL lines above)")
+    raise typer.Exit(0 if ok else 1)
 
 
 # Admin commands (tenants, keys, policies, stage, flush, evict, status): app/cli_admin.py

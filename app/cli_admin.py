@@ -14,7 +14,6 @@ could not be reached (or the token was refused).
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +33,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+
+from app.domain import units
 
 UrlOpt = Annotated[str, typer.Option("--url", "--endpoint", envvar=["FERRY_URL", "FERRY_ENDPOINT"],
                                      help="Gateway URL (FERRY_URL).")]
@@ -100,19 +101,14 @@ def parse_target(spec: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
-
-
 def parse_size(text: str) -> int | None:
-    """``100GiB``, ``500M``, ``1024`` (bytes); ``none`` removes a limit. Binary and decimal units."""
+    """``100GiB``, ``500M``, ``1024`` (bytes); ``none`` removes a limit (app/domain/units.py)."""
     if text.strip().lower() in ("none", "unlimited", "-"):
         return None
-    match = _SIZE.match(text)
-    if not match:
-        raise typer.BadParameter(f"not a size: {text!r} (e.g. 500MiB, 10GB, 1048576, none)")
-    number, unit, suffix = match.groups()
-    base = 1024 if suffix.lower().startswith("i") else 1000
-    return int(float(number) * base ** ("kmgtp".index(unit.lower()) + 1 if unit else 0))
+    try:
+        return units.parse_size(text)
+    except ValueError:
+        raise typer.BadParameter(f"not a size: {text!r} (e.g. 500MiB, 10GB, 1048576, none)") from None
 
 
 def human(n: int | float | None) -> str:
@@ -322,8 +318,19 @@ FINISHED = ("done", "failed", "cancelled")
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                    TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=False)
+    # binary_units: the bar says MiB like the summary (human()), not rich's default decimal MB.
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                    BinaryTransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=False)
+
+
+class BinaryTransferSpeedColumn(TransferSpeedColumn):
+    """Transfer speed in MiB/s (rich's own column is decimal-only)."""
+
+    def render(self, task: Any) -> Any:
+        from rich.text import Text
+
+        speed = task.finished_speed or task.speed
+        return Text("?" if speed is None else f"{human(speed)}/s", style="progress.data.speed")
 
 
 def stage(
@@ -403,8 +410,22 @@ def flush(
                 time.sleep(poll)
     durable = not pending and not failed
     typer.echo(f"durable={durable} pending={pending} failed={failed} waited={time.monotonic() - started:.3f}s")
+    if not durable:
+        _explain_pending(admin, bucket or None, key_prefix)
     if wait and not durable:
         raise typer.Exit(1)
+
+
+def _explain_pending(admin: Admin, bucket: str | None, prefix: str, limit: int = 5) -> None:
+    """Why a flush is not durable: the oldest writes still dirty, their attempts and last error."""
+    rows = admin.get("/admin/journal", bucket=bucket, prefix=prefix, limit=limit)["entries"]
+    for row in rows:
+        nxt = row.get("next_attempt_in_seconds")
+        retry = f", next attempt in {nxt:.0f}s" if nxt else ""
+        typer.echo(f"  oldest: s3://{row['bucket']}/{row['key']} seq={row['seq']} {row['status']} "
+                   f"attempts={row['attempts']}{retry} last_error={row['last_error'] or '-'}")
+    if rows:
+        typer.echo("  more: GET /admin/journal?state=failed; check the remote with `ferry doctor`")
 
 
 def evict(

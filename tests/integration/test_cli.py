@@ -63,3 +63,25 @@ def test_tls_settings_must_come_in_pairs(tmp_path: Path) -> None:
     out = _run("serve", env={"FERRY_DATA_DIR": str(tmp_path), "FERRY_TLS_CERT": "/x.pem"})
     assert out.returncode == 2
     assert "FERRY_TLS_CERT and FERRY_TLS_KEY" in out.stderr
+
+
+def test_serve_without_any_remote_refuses_in_one_line(tmp_path: Path) -> None:
+    """Issue 17: it started, logged "remote (AWS default)", and only /readyz said "Unable to locate
+    credentials". It now refuses at start, naming what is missing."""
+    out = _run("serve", env={"FERRY_DATA_DIR": str(tmp_path), "FERRY_PORT": "0"})
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "FERRY_REMOTE_ENDPOINT" in lines[0] and "FERRY_REMOTE_DEFAULT_CHAIN" in lines[0]
+    assert not (tmp_path / "ferry.lock").exists(), "refused before taking the data dir"
+
+
+def test_serve_help_shows_variable_and_default_per_flag() -> None:
+    out = subprocess.run([FERRY, "serve", "--help"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "COLUMNS": "250"})
+    assert out.returncode == 0
+    for flag, default in (("--host", "default: 127.0.0.1"), ("--port", "default: 9000"),
+                          ("--workers", "default: 1"), ("--data-dir", "default: var/ferry"),
+                          ("--database-url", "default: SQLite in the data dir"),
+                          ("--remote-endpoint", "default: AWS S3"), ("--tls-cert", "default: none")):
+        line = next(x for x in out.stdout.splitlines() if f"{flag} " in x)
+        assert default in line and "env FERRY_" in line, line
