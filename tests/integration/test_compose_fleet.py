@@ -80,9 +80,10 @@ class Fleet:
         return env
 
     def command(self, service: str) -> list[str]:
-        cmd = [str(c) for c in self.services[service]["command"]]
-        cmd[0] = str(BIN / cmd[0])  # ferry / celery of this environment
-        return [c.replace("/tmp/", f"{self.workdir}/") for c in cmd]
+        program, *args = [str(c) for c in self.services[service]["command"]]
+        # The container's /tmp (beat's schedule file) becomes this test's own directory; the
+        # program is ferry / celery of this environment (whose path may itself be under /tmp).
+        return [str(BIN / program), *(a.replace("/tmp/", f"{self.workdir}/") for a in args)]
 
     def in_own_uts(self, service: str) -> list[str]:
         """The command run under its own hostname, as docker gives each container."""
