@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
 from tests.support.seaweed import SeaweedServer
@@ -36,7 +37,7 @@ def remote() -> Iterator[SeaweedServer]:
 def gw(remote: SeaweedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     # A failed destage waits 10-20 s before its retry: long enough to list while rows are held.
     env = {"FERRY_DESTAGE_BACKOFF_BASE": "20", "FERRY_DESTAGE_BACKOFF_CAP": "20", "FERRY_REMOTE_READ_TIMEOUT": "2",
-           "FERRY_REMOTE_CONNECT_TIMEOUT": "2"}
+           "FERRY_REMOTE_CONNECT_TIMEOUT": "2", "FERRY_REMOTE_CIRCUIT_COOLDOWN": "1"}
     with GatewayProcess(remote, tmp_path_factory.mktemp("wb"), env=env) as g:
         g.client().create_bucket(Bucket="wbuf")
         yield g
@@ -44,8 +45,9 @@ def gw(remote: SeaweedServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @contextlib.contextmanager
 def held(gw: GatewayProcess, remote: SeaweedServer, prefix: str) -> Iterator[None]:
-    """Writes inside are acknowledged with the remote down; on exit the remote is back but the
-    rows are still buffered (their first destage failed and waits for its retry)."""
+    """Writes inside are acknowledged with the remote down; on exit the remote is back (the
+    gateway's circuit breaker has closed again) but the rows are still buffered (their first
+    destage failed and waits for its retry)."""
     remote.pause()
     try:
         yield
@@ -58,6 +60,21 @@ def held(gw: GatewayProcess, remote: SeaweedServer, prefix: str) -> Iterator[Non
             time.sleep(0.2)
     finally:
         remote.resume()
+    _until_remote_answers(gw)
+
+
+def _until_remote_answers(gw: GatewayProcess, timeout: float = 30.0) -> None:
+    """The circuit opened while the remote was paused: it lets a probe through after its
+    cooldown, and answers 503 until then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            gw.client().head_bucket(Bucket="wbuf")
+            return
+        except ClientError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _states(gw: GatewayProcess, bucket: str, prefix: str = "") -> list[dict[str, Any]]:
