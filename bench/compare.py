@@ -1,0 +1,148 @@
+"""Two revisions of Ferry side by side in one run: did a change cost speed?
+
+    .venv/bin/python -m bench.compare --baseline d34ea47                      # loopback SeaweedFS
+    sudo .venv/bin/python -m bench.compare --baseline d34ea47 --link regional # through the netsim link
+
+The baseline revision is checked out into a temporary git worktree (removed afterwards) and served
+by the same virtualenv with ``PYTHONPATH`` pointing at it; the working tree is the other contender.
+Both run in embedded mode, each with its own data dir, against one remote. Runs alternate which
+contender goes first. Figures: 4 KiB PUT p50, warm 4 KiB GET p50 (urllib3 and boto3), cold epoch
+(a never-read prefix of small objects, read with the profile's threads). The report is a markdown
+table of medians over the runs, printed and written next to the results JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.contenders import Contender, Ferry
+from bench.remote import LINKS, ROOT, RemoteRegion
+from bench.workloads import PROFILES, Bench, log
+
+FIGURES = (  # (workload, field, label, unit)
+    ("small_put", "p50_ms", "4 KiB PUT p50", "ms"),
+    ("small_get", "http_p50_ms", "warm 4 KiB GET p50 (urllib3)", "ms"),
+    ("small_get", "boto3_p50_ms", "warm 4 KiB GET p50 (boto3)", "ms"),
+    ("cold_epoch", "seconds", "cold epoch", "s"),
+)
+WORKLOADS = ("small_put", "small_get", "cold_epoch")
+
+
+class SideBySide(Bench):
+    """Every workload runs on every contender given, whatever their names."""
+
+    def pick(self, *names: str) -> list[Contender]:
+        return list(self.c.values())
+
+
+def baseline_tree(rev: str, into: Path) -> Path:
+    """A detached worktree of ``rev`` (the caller removes it with ``drop_tree``)."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(into), rev], check=True,
+                   stdout=subprocess.DEVNULL)
+    return into
+
+
+def drop_tree(path: Path) -> None:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def prepare(bench: Bench) -> None:
+    """The objects these workloads read: one 4 KiB object and the dataset the epochs copy."""
+    s3, p = bench.rs3, bench.p
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
+        s3.create_bucket(Bucket=bench.bucket)
+    s3.put_object(Bucket=bench.bucket, Key="base/small4k", Body=os.urandom(4096))
+    body = os.urandom(p.dataset_object)
+    with cf.ThreadPoolExecutor(16) as ex:
+        list(ex.map(lambda i: s3.put_object(Bucket=bench.bucket, Key=f"base/ds/{i:05d}", Body=body),
+                    range(p.dataset_count)))
+
+
+def medians(results: dict[str, dict[str, list[dict[str, Any]]]], names: list[str]) -> list[list[str]]:
+    rows = []
+    for workload, field, label, unit in FIGURES:
+        row = [f"{label} ({unit})"]
+        for name in names:
+            values = [r[field] for r in results.get(workload, {}).get(name, []) if field in r]
+            row.append(f"{statistics.median(values):.3f} (n={len(values)})" if values else "—")
+        rows.append(row)
+    return rows
+
+
+def table(names: list[str], rows: list[list[str]]) -> str:
+    head = "| figure | " + " | ".join(names) + " |\n|---|" + "---|" * len(names) + "\n"
+    return head + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", required=True, help="git revision to compare the working tree with")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="smoke")
+    parser.add_argument("--link", choices=sorted(LINKS), help="netsim link (root); default loopback SeaweedFS")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--bucket", default="ferry-compare")
+    parser.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, check=True).stdout.strip())
+    work = Path(tempfile.mkdtemp(prefix="ferry-compare-"))
+    region = RemoteRegion("netsim" if args.link else "loopback")
+    started: list[Ferry] = []
+    tree = baseline_tree(args.baseline, work / "baseline")
+    try:
+        remote = region.up()
+        description = region.shape(LINKS[args.link] if args.link else LINKS["regional"])
+        contenders: dict[str, Contender] = {}
+        for name, env in ((f"ferry@{head}{'+' if dirty else ''}", {}), (f"ferry@{args.baseline}",
+                                                                         {"PYTHONPATH": str(tree)})):
+            ferry = Ferry(remote, work / name.replace("@", "-"))
+            ferry.gw.extra_env.update(env)
+            ferry.name = ferry.label = name
+            started.append(ferry.start())
+            contenders[name] = ferry
+        bench = SideBySide(profile, remote, args.bucket, work, args.link or "loopback", contenders, None, args.runs)
+        prepare(bench)
+        bench.stage(list(contenders), [], list(WORKLOADS))
+        for run in range(args.runs):
+            log(f"---- run {run + 1}/{args.runs}")
+            for workload in WORKLOADS:
+                getattr(bench, workload)(run)
+    finally:
+        for ferry in started:
+            ferry.stop()
+        region.down()
+        drop_tree(tree)
+        shutil.rmtree(work, ignore_errors=True)
+    names = list(contenders)
+    report = (f"Ferry {names[0]} against {names[1]}, {description}; profile {profile.name}, {args.runs} runs, "
+              f"medians.\n\n{table(names, medians(bench.results, names))}\n"
+              f"Command: `python -m bench.compare {' '.join(argv if argv is not None else sys.argv[1:])}`\n")
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.results_dir / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    stem.with_suffix(".json").write_text(json.dumps({"results": bench.results, "errors": bench.errors}, indent=1))
+    stem.with_suffix(".md").write_text(report)
+    print(report)
+    if bench.errors:
+        print("errors:", *bench.errors, sep="\n  ")
+    return 1 if bench.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
