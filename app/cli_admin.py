@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any, NoReturn
 
-import httpx
 import typer
 from rich.console import Console
 from rich.progress import (
@@ -34,6 +33,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from app.admin_client import AdminClient, AdminError
 from app.domain import units
 
 UrlOpt = Annotated[str, typer.Option("--url", "--endpoint", envvar=["FERRY_URL", "FERRY_ENDPOINT"],
@@ -62,37 +62,15 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-class Admin:
-    """A thin admin API client: JSON in and out, errors become a message and an exit code."""
-
-    def __init__(self, url: str, token: str | None, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self.client = httpx.Client(base_url=self.url, timeout=timeout,
-                                   headers={"Authorization": f"Bearer {token}"} if token else {})
+class Admin(AdminClient):
+    """The admin client for the CLI: a refusal becomes a message and an exit code (2 for auth)."""
 
     def call(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
              timeout: float | None = None) -> Any:
-        clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            resp = self.client.request(method, path, params=clean, json=body,
-                                       timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
-        except httpx.HTTPError as exc:
-            _fail(f"cannot reach {self.url}: {exc}", 2)
-        if resp.status_code >= 400:
-            try:
-                detail = resp.json().get("detail")
-            except ValueError:
-                detail = resp.text
-            if isinstance(detail, list):  # FastAPI validation errors
-                detail = "; ".join(f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail)
-            _fail(f"{resp.status_code}: {detail}", 2 if resp.status_code in (401, 403) else 1)
-        return resp.json() if resp.content else None
-
-    def get(self, path: str, **params: Any) -> Any:
-        return self.call("GET", path, params=params)
-
-    def post(self, path: str, body: Any = None, **params: Any) -> Any:
-        return self.call("POST", path, params=params, body=body)
+            return super().call(method, path, params=params, body=body, timeout=timeout)
+        except AdminError as exc:
+            _fail(str(exc), 2 if exc.status in (0, 401, 403) else 1)
 
 
 def parse_target(spec: str) -> tuple[str, str]:
