@@ -9,6 +9,8 @@ from app.domain.objects import (
 from app.domain.versions import VersionRow
 from app.services.core import GatewayCore
 
+EMPTIED_PREFIX_ROWS = 1000  # local rows read to judge whether buffered deletes emptied a prefix
+
 
 class ListingService(GatewayCore):
     """ListObjects and ListObjectVersions over the merged view."""
@@ -40,7 +42,24 @@ class ListingService(GatewayCore):
             page.contents = [c for c in page.contents if c.key > marker]
         if not local:
             return page
+        if delimiter and page.common_prefixes:
+            await self._drop_emptied_prefixes(bucket, page, local)
         return merge_listing(page, local, prefix, delimiter, max_keys, local_complete=len(local) < fetch)
+
+    async def _drop_emptied_prefixes(self, bucket: str, page: ListPage, local: list[VersionRow]) -> None:
+        """A remote common prefix whose every object has a buffered delete is gone for the client:
+        ask, for each prefix with a local delete under it, whether anything else is left."""
+        for common in [p for p in page.common_prefixes if any(r.is_delete and r.key.startswith(p) for r in local)]:
+            if not await self._prefix_has_objects(bucket, common):
+                page.common_prefixes.remove(common)
+
+    async def _prefix_has_objects(self, bucket: str, prefix: str) -> bool:
+        rows = await self._run(self.journal.dirty_under, bucket, prefix, None, EMPTIED_PREFIX_ROWS + 1)
+        if len(rows) > EMPTIED_PREFIX_ROWS or any(not r.is_delete for r in rows):
+            return True  # a buffered put lives there (or too many rows to judge: keep the prefix)
+        deleted = {r.key for r in rows}
+        page = await self._run(self.remote.list_objects, bucket, prefix, None, None, len(deleted) + 1)
+        return page.is_truncated or any(c.key not in deleted for c in page.contents)
 
     async def list_versions(self, bucket: str, prefix: str, delimiter: str | None, key_marker: str | None,
                             max_keys: int) -> ListPage:

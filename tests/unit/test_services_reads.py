@@ -111,7 +111,7 @@ def test_delete_and_listing_merge(tmp_path: Path) -> None:
         await svc.gateway.delete_object("b", "dir/x")
         assert "b" in remote.buckets["b"]  # the delete is buffered
         assert await names() == (["a", "c", "d"], [])
-        assert await names("", "/") == (["a", "c", "d"], ["dir/"])  # see the xfail below
+        assert await names("", "/") == (["a", "c", "d"], [])  # dir/ held only the deleted dir/x
         with pytest.raises(S3Error) as err:
             await svc.gateway.head_object("b", "b")
         assert err.value.code == "NoSuchKey"
@@ -146,8 +146,6 @@ def test_listing_pages_merge_buffered_rows(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-@pytest.mark.xfail(strict=True, reason="known: a buffered delete of the last key under a common prefix "
-                   "does not hide the remote's prefix until it is destaged (merge_listing keeps it)")
 def test_buffered_delete_of_last_key_hides_its_common_prefix(tmp_path: Path) -> None:
     remote = FaultyRemote()
     remote.create_bucket("b", None)
@@ -161,3 +159,26 @@ def test_buffered_delete_of_last_key_hides_its_common_prefix(tmp_path: Path) -> 
         return page.common_prefixes
 
     assert asyncio.run(scenario()) == []
+
+
+def test_a_prefix_with_anything_left_keeps_listing(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+
+    async def prefixes() -> list[str]:
+        return (await svc.gateway.list_objects("b", "", "/", None, 1000)).common_prefixes
+
+    async def scenario() -> None:
+        for key in ("two/x", "two/y", "one/x"):
+            await svc.put("b", key, b"x")
+        svc.destage_all()
+        await svc.gateway.delete_object("b", "two/x")
+        await svc.gateway.delete_object("b", "one/x")
+        assert await prefixes() == ["two/"]  # two/y is left on the remote; one/ is empty
+        await svc.put("b", "one/z", b"z")  # a buffered put brings one/ back
+        assert await prefixes() == ["one/", "two/"]
+        svc.destage_all()
+        assert await prefixes() == ["one/", "two/"]
+
+    asyncio.run(scenario())
