@@ -166,9 +166,9 @@ def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies
                      revalidate_interval=settings.cache_revalidate_interval, disk=disk_reserve(settings))
 
 
-def make_tenancy(settings: Settings, engine: Engine) -> Tenancy:
+def make_tenancy(settings: Settings, engine: Engine, remote: RemoteStore) -> Tenancy:
     """Bucket ownership; buckets without an owner belong to the bootstrap tenant."""
-    return Tenancy(OwnerRepo(engine, BOOTSTRAP_TENANT), shared=settings.tenancy == "shared",
+    return Tenancy(OwnerRepo(engine, BOOTSTRAP_TENANT), remote, shared=settings.tenancy == "shared",
                    refresh_seconds=settings.tenancy_refresh_seconds)
 
 
@@ -199,7 +199,7 @@ def build(settings: Settings) -> Container:
                       mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
                       cache=cache, policies=policies, inline_lookups=engine.dialect.name == "sqlite",
                       eager_parts=settings.eager_part_copy, part_copies=part_copies,
-                      tenancy=make_tenancy(settings, engine),
+                      tenancy=make_tenancy(settings, engine, remote),
                       budget=WriteBudget(settings.write_buffer_bytes, tenant_share=settings.tenant_buffer_share,
                                          tenant_uploads=settings.tenant_max_uploads),
                       disk=disk_reserve(settings))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Protocol
 
 import anyio.to_thread
 
@@ -26,9 +27,17 @@ from app.domain.errors import S3Error
 LIST_MAX_AGE = 0.5  # ListBuckets (which waits on the remote anyway) reads a mapping at most this old
 
 
+class BucketProbe(Protocol):
+    """Whether a bucket exists (the remote's HeadBucket): raises S3Error NoSuchBucket if not."""
+
+    def head_bucket(self, bucket: str) -> None: ...
+
+
 class Tenancy:
-    def __init__(self, repo: OwnerRepo, *, shared: bool = False, refresh_seconds: float = 2.0) -> None:
+    def __init__(self, repo: OwnerRepo, remote: BucketProbe, *, shared: bool = False,
+                 refresh_seconds: float = 2.0) -> None:
         self.repo = repo
+        self.remote = remote
         self.shared = shared
         self.refresh_seconds = refresh_seconds
         self._map: OwnerMap | None = None
@@ -65,7 +74,8 @@ class Tenancy:
         return owner == tenant_id
 
     async def authorize(self, tenant_id: int | None, bucket: str, *, creating: bool = False) -> None:
-        """AccessDenied (BucketAlreadyExists for CreateBucket) unless the tenant owns the bucket.
+        """AccessDenied (BucketAlreadyExists for CreateBucket) unless the tenant owns the bucket;
+        NoSuchBucket for a name nobody owns that the remote does not have either, as S3 answers.
         The cached mapping answers; a refusal is confirmed against the catalog before it is sent."""
         if self.shared:
             return
@@ -78,7 +88,18 @@ class Tenancy:
             return
         if creating:
             raise S3Error("BucketAlreadyExists", BucketName=bucket)
+        if tenant_id is not None and not explicit and not await self._exists(bucket):
+            raise S3Error("NoSuchBucket", BucketName=bucket)  # as S3: a missing name is no one's
         raise S3Error("AccessDenied", "Access Denied")
+
+    async def _exists(self, bucket: str) -> bool:
+        """An unowned bucket the remote does not have is missing, not forbidden (asked only on a
+        refusal; an unreachable remote keeps the refusal)."""
+        try:
+            await anyio.to_thread.run_sync(self.remote.head_bucket, bucket)
+        except S3Error as err:
+            return err.code != "NoSuchBucket"
+        return True
 
     async def visible(self, tenant_id: int | None, buckets: list[str]) -> set[str]:
         """The names ListBuckets may show this tenant. It already waits on a remote call, so it

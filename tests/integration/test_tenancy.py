@@ -215,3 +215,19 @@ def test_bucket_created_on_one_worker_is_usable_at_once_on_the_other(seaweed: Se
                 fresh = g.client(keys.access_key, keys.secret_key)
                 fresh.put_object(Bucket=bucket, Key="k", Body=b"v")
                 assert bucket in names(fresh)
+
+
+def test_a_missing_bucket_is_no_such_bucket_for_every_tenant(gw: GatewayProcess) -> None:
+    """As S3 answers: a bucket nobody has is 404 NoSuchBucket to any signed-in tenant (not a 403
+    that would send a client looking for a permission problem); nothing is created by asking."""
+    tenant, missing = new_tenant(gw), uid("missing")
+    for call in (lambda: tenant.get_object(Bucket=missing, Key="k"), lambda: tenant.list_objects_v2(Bucket=missing),
+                 lambda: tenant.put_object(Bucket=missing, Key="k", Body=b"x")):
+        with pytest.raises(ClientError) as err:
+            call()
+        assert err.value.response["Error"]["Code"] == "NoSuchBucket", err.value.response
+        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    with pytest.raises(ClientError) as err:
+        tenant.head_bucket(Bucket=missing)
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    assert missing not in names(gw.client())

@@ -20,6 +20,7 @@ from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.tenants import TenantRepo
 from app.domain.errors import S3Error
 from app.services.tenancy import Tenancy
+from tests.fakes.remote import InMemoryRemote
 
 
 class CountingRepo(OwnerRepo):
@@ -42,6 +43,16 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     eng.dispose()
 
 
+def remote_with(*buckets: str) -> InMemoryRemote:
+    remote = InMemoryRemote()
+    for name in buckets:
+        remote.create_bucket(name, None)
+    return remote
+
+
+EVERY = remote_with("bkt-a", "unowned", "moved", "created-elsewhere", "warm", "new-bkt", "unowned-existing")
+
+
 def tenants(engine: Engine) -> tuple[int, int, int]:
     """The bootstrap tenant and two others."""
     operator = Catalog(engine).ensure_tenant_key("default", "AKBOOTSTRAP000000000", "s")
@@ -59,7 +70,7 @@ def test_hit_path_reads_the_mapping_once(engine: Engine) -> None:
     operator, a, b = tenants(engine)
     OwnerRepo(engine).claim("bkt-a", a)
     repo = CountingRepo(engine)
-    auth = Tenancy(repo, refresh_seconds=60)
+    auth = Tenancy(repo, EVERY, refresh_seconds=60)
 
     async def many() -> None:
         for _ in range(2000):
@@ -76,7 +87,7 @@ def test_hit_path_reads_the_mapping_once(engine: Engine) -> None:
     asyncio.run(auth.authorize(b, "new-bucket", creating=True))
     assert asyncio.run(auth.visible(a, ["bkt-a", "unowned"])) == {"bkt-a"}
     assert asyncio.run(auth.visible(operator, ["bkt-a", "unowned"])) == {"unowned"}
-    shared = Tenancy(CountingRepo(engine), shared=True)
+    shared = Tenancy(CountingRepo(engine), EVERY, shared=True)
     asyncio.run(shared.authorize(b, "bkt-a"))
 
 
@@ -84,7 +95,7 @@ def test_another_process_change_is_seen_in_bounded_time(engine: Engine) -> None:
     """A grant made elsewhere works at once (a refusal is confirmed against the catalog); a
     revocation made elsewhere takes effect within refresh_seconds."""
     operator, a, _ = tenants(engine)
-    here = Tenancy(OwnerRepo(engine), refresh_seconds=0.5)
+    here = Tenancy(OwnerRepo(engine), EVERY, refresh_seconds=0.5)
     elsewhere = OwnerRepo(engine)  # the admin API or a CreateBucket on another process
     asyncio.run(here.authorize(operator, "moved"))  # the mapping is loaded, and fresh
     elsewhere.assign("moved", "a")
@@ -119,7 +130,7 @@ def test_retried_create_bucket_on_another_process_succeeds(engine: Engine) -> No
     """A CreateBucket retried after its success, landing on a process whose mapping predates the
     claim, is still the owner's no-op (a retry never turns a success into a failure)."""
     operator, a, b = tenants(engine)
-    first, second = Tenancy(OwnerRepo(engine)), Tenancy(OwnerRepo(engine))
+    first, second = Tenancy(OwnerRepo(engine), EVERY), Tenancy(OwnerRepo(engine), EVERY)
     asyncio.run(second.authorize(operator, "warm"))  # second's mapping is loaded, and fresh
     asyncio.run(first.authorize(a, "new-bkt", creating=True))
     asyncio.run(first.created(a, "new-bkt", fresh=True))
@@ -128,3 +139,16 @@ def test_retried_create_bucket_on_another_process_succeeds(engine: Engine) -> No
     assert code(second.created(b, "new-bkt", fresh=False)) == "BucketAlreadyExists"
     assert code(second.created(b, "unowned-existing", fresh=False)) == "BucketAlreadyExists"
     asyncio.run(second.created(operator, "unowned-existing", fresh=False))
+
+
+def test_a_name_nobody_owns_that_the_remote_lacks_is_no_such_bucket(engine: Engine) -> None:
+    """As S3 answers: a missing bucket is NoSuchBucket for any signed-in tenant; a bucket that
+    exists (owned, or unowned and on the remote) is AccessDenied to the others."""
+    operator, a, b = tenants(engine)
+    OwnerRepo(engine).claim("owned-by-a", a)
+    auth = Tenancy(OwnerRepo(engine), remote_with("unowned"))
+    assert code(auth.authorize(b, "missing")) == "NoSuchBucket"
+    assert code(auth.authorize(b, "unowned")) == "AccessDenied"
+    assert code(auth.authorize(b, "owned-by-a")) == "AccessDenied"  # owned: the remote is not asked
+    assert code(auth.authorize(None, "missing")) == "AccessDenied"
+    asyncio.run(auth.authorize(operator, "missing"))  # the bootstrap tenant reaches unowned names
