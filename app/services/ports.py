@@ -2,7 +2,8 @@
 
 The adapters (``adapters/remote.py``, ``adapters/catalog/journal.py``, ``adapters/catalog/repo.py``,
 ``adapters/blobstore.py``) satisfy them structurally; ``tests/fakes`` implements the remote one in
-memory, so the write, read, listing and destage services run in unit tests without SeaweedFS.
+memory, so the write, read, listing, destage and cache services run in unit tests without
+SeaweedFS. ``BlockSource`` is the read cache's one seam for where a block's bytes come from.
 Blocking methods: the services call them in threads.
 """
 

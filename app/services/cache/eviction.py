@@ -20,7 +20,7 @@ class Eviction(CacheBase):
         """Whether the disk is too close to its reserve for another block. Then misses are read
         through without caching (a fill would fail with ENOSPC mid-answer) and an eviction of
         clean entries is started."""
-        if self.disk is None or self.disk.spare() >= 2 * self.block_size:
+        if self.disk.spare() >= 2 * self.block_size:
             return False
         self.schedule_eviction()
         return True
@@ -59,7 +59,7 @@ class Eviction(CacheBase):
                 used = self.index.total_bytes(bucket=bucket)
                 if used > quota:
                     freed += self.evict(used - quota, bucket=bucket, reason="bucket-quota")
-        if self.disk is not None and (spare := self.disk.spare()) < 2 * self.block_size:
+        if (spare := self.disk.spare()) < 2 * self.block_size:
             freed += self.evict(4 * self.block_size - spare, reason="disk")  # up to a low-water mark
         if self.budget_bytes:
             used = self.index.total_bytes() + self.dirty_bytes()

@@ -62,9 +62,7 @@ class CachedRead:
 
 def _outcome(outcome: str, bucket: str, tenant: int | None) -> None:
     metrics.cache_outcome(outcome, bucket, tenant)
-    setter = getattr(metrics, "set_outcome", None)
-    if setter is not None:
-        setter(outcome)
+    metrics.set_outcome(outcome)  # the slow log's stage record of this request
 
 
 class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
