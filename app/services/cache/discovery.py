@@ -20,7 +20,7 @@ from app.services.cache.base import LOCK_POLL, LOCK_POLL_MAX, CacheBase
 from app.services.cache.recording import PendingEntry, Recording
 
 
-def _first_byte(range_header: str | None) -> int | None:
+def first_byte_of(range_header: str | None) -> int | None:
     """The first byte a ``bytes=a-b`` / ``bytes=a-`` range asks for (None for suffix ranges)."""
     if not range_header:
         return 0

@@ -33,7 +33,7 @@ from app.domain.objects import FileSegment, ObjectMeta
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange
 from app.domain.states import CacheState
-from app.services.cache.discovery import Discovery, _first_byte
+from app.services.cache.discovery import Discovery, first_byte_of
 from app.services.cache.eviction import Eviction
 from app.services.cache.fill import Fill, Filling
 from app.services.cache.orphans import ORPHAN_SWEEP_SECONDS, Orphans
@@ -104,7 +104,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
                                    and not await self._run(self.index.mark_seen, bucket, key, tenant_id)):
                 _outcome("miss", bucket, tenant_id)
                 return None
-            entry = await self.discover(bucket, key, _first_byte(range_header), policy, tenant_id,
+            entry = await self.discover(bucket, key, first_byte_of(range_header), policy, tenant_id,
                                         whole=range_header is None)
             if entry is None:
                 _outcome("miss", bucket, tenant_id)
