@@ -31,13 +31,14 @@ from app.adapters.remote import RemoteConfig, RemoteStore
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
 from app.services.budget import DiskReserve, WriteBudget
+from app.services.cache import ReadCache
+from app.services.cache.fill import RemoteBlockSource
 from app.services.destage import Destager
 from app.services.durability import Durability
 from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
-from app.services.readcache import ReadCache
 from app.services.staging import StagingRunner
 from app.services.tenancy import Tenancy
 from app.services.upload_expiry import UploadExpiry
@@ -161,9 +162,9 @@ def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies
         # Its own connections, which commit without the WAL fsync (see make_engine).
         engine = make_engine(settings.effective_database_url, synchronous="NORMAL")
     return ReadCache(CacheIndex(engine, settings.node_id), CacheStore(settings.data_dir), remote, policies,
+                     source=RemoteBlockSource(remote), disk=disk_reserve(settings), dirty_bytes=journal.dirty_bytes,
                      block_size=settings.cache_block_bytes, fetch_concurrency=settings.cache_fetch_concurrency,
-                     budget_bytes=settings.cache_bytes, dirty_bytes=journal.dirty_bytes,
-                     revalidate_interval=settings.cache_revalidate_interval, disk=disk_reserve(settings))
+                     budget_bytes=settings.cache_bytes, revalidate_interval=settings.cache_revalidate_interval)
 
 
 def make_tenancy(settings: Settings, engine: Engine, remote: RemoteStore) -> Tenancy:

@@ -28,12 +28,12 @@ from app.services.bodies import (
 )
 from app.services.budget import CURRENT_TENANT, DiskReserve, Reservation, WriteBudget, slow_down
 from app.services.budget import NONE as NO_RESERVATION
+from app.services.cache import ReadCache
 from app.services.destage import Destager
 from app.services.executor import Executor
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
 from app.services.ports import BlobPort, JournalPort, RemotePort, UploadsPort
-from app.services.readcache import ReadCache
 from app.services.tenancy import Tenancy
 from app.services.writemode import WriteBack, WriteMode, WriteThrough
 

@@ -2,7 +2,8 @@
 
 The adapters (``adapters/remote.py``, ``adapters/catalog/journal.py``, ``adapters/catalog/repo.py``,
 ``adapters/blobstore.py``) satisfy them structurally; ``tests/fakes`` implements the remote one in
-memory, so the write, read, listing and destage services run in unit tests without SeaweedFS.
+memory, so the write, read, listing, destage and cache services run in unit tests without
+SeaweedFS. ``BlockSource`` is the read cache's one seam for where a block's bytes come from.
 Blocking methods: the services call them in threads.
 """
 
@@ -144,3 +145,12 @@ class BlobPort(Protocol):
     def settle(self, blob_id: str) -> None: ...
     def discard(self, staging: Any) -> None: ...
     def delete(self, blob_id: str) -> None: ...
+
+
+class BlockSource(Protocol):
+    """Where a cache fill gets a block's bytes: one seam, so a fleet node can read a block from the
+    peer that owns it instead of the remote. ``app/services/cache/fill.RemoteBlockSource`` is the
+    default. The answer holds exactly bytes ``first..last`` of version ``etag``, or the call raises
+    ``S3Error`` (``PreconditionFailed`` when the object is no longer that version)."""
+
+    def open_range(self, bucket: str, key: str, etag: str, first: int, last: int) -> BinaryIO: ...

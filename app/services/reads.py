@@ -22,8 +22,8 @@ from app.services.bodies import (
     READ_CHUNK,
     ObjectRead,
 )
+from app.services.cache import LOOKUP
 from app.services.core import GatewayCore
-from app.services.readcache import LOOKUP
 
 
 class ReadsService(GatewayCore):
@@ -76,10 +76,10 @@ class ReadsService(GatewayCore):
 
     async def get_object(self, bucket: str, key: str, rng: RangeRequest = WHOLE, tenant_id: int | None = None,
                          *, conditions: Conditions = NO_CONDITIONS, file_ranges: bool = False) -> ObjectRead:
-        """Open the object, serving ``rng`` (parsed at the edge). A buffered version judges
-        ``conditions`` before anything is opened; other reads leave them to the caller, who has
-        the metadata once the object is open. With ``file_ranges`` a cached read's stream may
-        yield ``FileRange`` items instead of bytes."""
+        """Open the object, serving ``rng`` (parsed at the edge). A buffered version, or a cache
+        entry the cache serves, judges ``conditions`` before anything is opened (no remote
+        request); other reads leave them to the caller, who has the metadata once it is open.
+        With ``file_ranges`` a cached read's stream may yield ``FileRange`` items, not bytes."""
         validate_key(key)
         policy = self.policy(bucket, key)
         row, entry = await self._lookup(bucket, key, policy)
@@ -92,7 +92,8 @@ class ReadsService(GatewayCore):
             entry = None  # destaged meanwhile: look the cache up again
         if self.cache is not None and policy.caches:
             cached = await self.cache.read(bucket, key, rng.header, rng.resolve, policy, tenant_id,
-                                           entry if row is None else LOOKUP, file_ranges=file_ranges)
+                                           entry if row is None else LOOKUP, file_ranges=file_ranges,
+                                           conditions=conditions)
             if cached is not None:
                 return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files)
         elif self.cache is not None:

@@ -1,6 +1,8 @@
 """The write, read, listing and destage services wired on a fake remote, a real SQLite journal
 and a real blob store in a temporary directory: what ``bootstrap.build`` does, minus the
-network, the cache and the workers. The test drives the destage itself (``destage_all``)."""
+network and the workers (and the read cache unless ``cache_block`` is given: then a real
+``ReadCache`` over a real SQLite cache index and block store). The test drives the destage
+itself (``destage_all``)."""
 
 from __future__ import annotations
 
@@ -10,13 +12,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.adapters.blobstore import BlobStore
+from app.adapters.cachestore import CacheStore
+from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.migrate import upgrade
+from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.repo import Catalog
+from app.domain.policy import Policy
 from app.services.bodies import ExpectedDigests, ObjectRead, StreamBody
+from app.services.budget import DiskReserve
+from app.services.cache import ReadCache
+from app.services.cache.fill import RemoteBlockSource
 from app.services.destage import Destager
 from app.services.gateway import Gateway
+from app.services.policies import PolicyBook
 from tests.fakes.remote import InMemoryRemote
 
 
@@ -38,6 +48,7 @@ class Services:
     destager: Destager
     executor: QueueExecutor
     remote: InMemoryRemote
+    cache: ReadCache | None = None
 
     def destage_all(self) -> list[str]:
         """Destage every queued row once, in order; returns the outcomes."""
@@ -67,7 +78,8 @@ async def read_all(read: ObjectRead) -> bytes:
     return bytes(out)
 
 
-def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back") -> Services:
+def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back",
+          cache_block: int | None = None) -> Services:
     url = f"sqlite:///{tmp_path / 'ferry.db'}"
     upgrade(url)
     engine = make_engine(url)
@@ -75,6 +87,20 @@ def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back") -
     blobs = BlobStore(tmp_path / "data", fsync=False)
     destager = Destager(journal, blobs, remote, backoff_base=0.0, backoff_cap=0.0, invalidate_cache=False)
     executor = QueueExecutor()
+    cache = policies = None
+    if cache_block is not None:
+        policies = PolicyBook(PolicyRepo(engine), Policy(mode=mode))
+        cache = ReadCache(CacheIndex(engine, "unit"), CacheStore(tmp_path / "data"), remote, policies,
+                          source=RemoteBlockSource(remote), disk=DiskReserve(tmp_path, 0, 0.0),
+                          dirty_bytes=journal.dirty_bytes, block_size=cache_block)
     gateway = Gateway(Catalog(engine, "unit"), blobs, remote, journal=journal, executor=executor, mode=mode,
-                      destager=destager, inline_lookups=True, eager_parts=False)
-    return Services(gateway, journal, blobs, destager, executor, remote)
+                      destager=destager, inline_lookups=True, eager_parts=False, cache=cache, policies=policies)
+    return Services(gateway, journal, blobs, destager, executor, remote, cache)
+
+
+async def fills_settled(cache: ReadCache, timeout: float = 10.0) -> None:
+    """Until no fill of this process is running (a reader may finish before its fill publishes)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while cache._inflight and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    assert not cache._inflight

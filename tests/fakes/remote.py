@@ -39,7 +39,7 @@ class InMemoryRemote:
         self.created: dict[str, datetime] = {}
         self.uploads: dict[str, tuple[str, str, dict[int, tuple[bytes, str]]]] = {}
         self.conditional = conditional
-        self.calls: list[str] = []
+        self.calls: list[str] = []  # every object request (HEAD, GET, PUT, DELETE), in order
         self._ids = itertools.count(1)
 
     # ---- buckets -------------------------------------------------------------------------------
@@ -97,6 +97,7 @@ class InMemoryRemote:
         return found
 
     def head_object(self, bucket: str, key: str, if_none_match: str | None = None) -> ObjectMeta:
+        self.calls.append(f"HEAD {bucket}/{key}")
         obj = self._object(bucket, key)
         if if_none_match and if_none_match.strip('"') == obj.etag:
             raise S3Error("NotModified")

@@ -13,6 +13,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,34 @@ def test_second_read_is_a_local_hit_with_the_remotes_metadata(cgw: GatewayProces
     suffix = client.get_object(Bucket=cbucket, Key="hit/a.bin", Range="bytes=-10")
     assert suffix["Body"].read() == data[-10:]
     assert proxy.requests(key="hit/a.bin") == []
+    client.close()
+
+
+def test_conditions_on_a_fresh_entry_cost_no_remote_request(cgw: GatewayProcess, proxy: CountingProxy,
+                                                            cbucket: str, remote: Any) -> None:
+    """A fresh entry judges If-(None-)Match and If-(Un)Modified-Since from the index before any
+    remote request, even when its blocks are no longer on disk."""
+    data = os.urandom(300_000)
+    etag = put_remote(remote, cbucket, "cond/a.bin", data)
+    assert read(cgw, cbucket, "cond/a.bin") == data
+    assert wait_row(cgw, cbucket, "cond/a.bin")
+    block = cgw.data_dir / "cache" / "blocks"
+    deadline = time.monotonic() + 10
+    while not (files := [p for p in block.glob("*/*") if p.is_file()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for path in files:
+        path.unlink()  # the row stays, fresh; its block is gone
+    proxy.reset()
+    client = cgw.client()
+    future, past = datetime.now(UTC) + timedelta(hours=1), datetime(2000, 1, 1, tzinfo=UTC)
+    for kwargs, status in (({"IfNoneMatch": f'"{etag}"'}, 304), ({"IfModifiedSince": future}, 304),
+                           ({"IfMatch": '"0123"'}, 412), ({"IfUnmodifiedSince": past}, 412)):
+        with pytest.raises(ClientError) as err:
+            client.get_object(Bucket=cbucket, Key="cond/a.bin", **kwargs)
+        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == status, kwargs
+    assert proxy.requests(key="cond/a.bin") == [], "the index answered the conditions"
+    assert client.get_object(Bucket=cbucket, Key="cond/a.bin", IfMatch=f'"{etag}"')["Body"].read() == data
+    assert len(proxy.gets("cond/a.bin")) == 1  # conditions that hold: the block is fetched again
     client.close()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from app.adapters.blockformat import DATA_OFFSET, VERSION, BlockHeader, crc32, parse
 from app.adapters.cachestore import CacheStore
-from app.services.scrub import Scrub
+from app.services.cache.scrub import Scrub
 
 # Format version 1. Changing the layout must change VERSION and this string; never one without the other.
 GOLDEN = bytes.fromhex(

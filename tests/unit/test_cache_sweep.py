@@ -16,9 +16,14 @@ from app.adapters.cachestore import CacheStore, block_name
 from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
+from app.adapters.catalog.policies import PolicyRepo
 from app.domain.objects import ObjectMeta
-from app.services import readcache
-from app.services.readcache import ReadCache
+from app.domain.policy import Policy
+from app.services.budget import DiskReserve
+from app.services.cache import ReadCache, orphans
+from app.services.cache.fill import RemoteBlockSource
+from app.services.policies import PolicyBook
+from tests.fakes.remote import InMemoryRemote
 
 BLOCK = 1000
 
@@ -26,8 +31,12 @@ BLOCK = 1000
 def make_cache(tmp_path: Path, url: str | None = None, node_id: str = "node-a") -> ReadCache:
     url = url or f"sqlite:///{tmp_path / 'ferry.db'}"
     upgrade(url)
-    index = CacheIndex(make_engine(url, synchronous="NORMAL"), node_id)
-    return ReadCache(index, CacheStore(tmp_path), None, None, block_size=BLOCK)  # type: ignore[arg-type]
+    engine = make_engine(url, synchronous="NORMAL")
+    index = CacheIndex(engine, node_id)
+    remote = InMemoryRemote()
+    return ReadCache(index, CacheStore(tmp_path), remote, PolicyBook(PolicyRepo(engine), Policy()),
+                     source=RemoteBlockSource(remote), disk=DiskReserve(tmp_path, 0, 0.0), dirty_bytes=lambda: 0,
+                     block_size=BLOCK)
 
 
 def cached(cache: ReadCache, key: str, size: int) -> list[str]:
@@ -56,7 +65,7 @@ def stray(cache: ReadCache, size: int = 10) -> str:
 @pytest.mark.parametrize("names_per_pass", [1_000_000, 7])
 def test_sweep_keeps_owned_blocks_and_deletes_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        names_per_pass: int) -> None:
-    monkeypatch.setattr(readcache, "ORPHAN_NAMES_PER_PASS", names_per_pass)  # 7: 8 passes of 32 shards
+    monkeypatch.setattr(orphans, "ORPHAN_NAMES_PER_PASS", names_per_pass)  # 7: 8 passes of 32 shards
     cache = make_cache(tmp_path)
     owned = [name for i in range(20) for name in cached(cache, f"obj/{i}", 2500)]  # 60 blocks
     gone = cached(cache, "evicted", 1500)
@@ -99,13 +108,13 @@ def test_a_second_sweeper_of_the_same_data_dir_steps_aside(tmp_path: Path) -> No
 
     cache = make_cache(tmp_path)
     name = stray(cache)
-    assert cache.store.try_lock(readcache.SWEEP_LOCK)  # this process is sweeping
+    assert cache.store.try_lock(orphans.SWEEP_LOCK)  # this process is sweeping
     try:
         with multiprocessing.get_context("fork").Pool(1) as pool:
             assert pool.apply(_sweep_in_another_process, (str(tmp_path),)) == (0, 0)
         assert cache.store.path(name).exists()
     finally:
-        cache.store.unlock(readcache.SWEEP_LOCK)
+        cache.store.unlock(orphans.SWEEP_LOCK)
     assert cache.sweep_orphans(grace=0) == (1, 10)
 
 

@@ -1,0 +1,110 @@
+"""What every part of the read cache shares: its collaborators, its per-process state, and the
+few helpers each part uses (threads, unawaited tasks, block names, dropping an entry).
+
+``ReadCache`` (readcache.py) is this base plus one mixin per capability (serve, fill,
+discovery, eviction, revalidation, orphans); each mixin's module says what it owns. They share
+one object because they share its state: the fills in flight, the running discoveries, the
+buffered access times and the background tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from app.adapters.cachestore import CacheStore, block_name
+from app.adapters.catalog.cache_index import CacheIndex, Entry
+from app.services.budget import DiskReserve
+from app.services.cache.scrub import Scrub
+from app.services.policies import PolicyBook
+from app.services.ports import BlockSource, RemoteObjects
+
+if TYPE_CHECKING:
+    from app.services.cache.fill import Fill
+
+log = logging.getLogger("ferry.cache")
+T = TypeVar("T")
+
+LOCK_POLL = 0.005
+LOCK_POLL_MAX = 0.05
+
+
+class CacheBase:
+    """The collaborators and state of one process's read cache. Every collaborator is required:
+    the composition root (app/bootstrap.py) always has them, and tests pass real ones or fakes."""
+
+    def __init__(self, index: CacheIndex, store: CacheStore, remote: RemoteObjects, policies: PolicyBook, *,
+                 source: BlockSource, disk: DiskReserve, dirty_bytes: Callable[[], int],
+                 block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
+                 revalidate_interval: float = 60.0) -> None:
+        self.index = index
+        self.store = store
+        self.remote = remote  # discovery GETs, revalidation HEADs and LISTs
+        self.source = source  # where a fill's block bytes come from (the remote, or a peer)
+        self.policies = policies
+        self.disk = disk  # the data dir's free space: fills stop before its reserve
+        self.dirty_bytes = dirty_bytes  # the journal's dirty bytes count against the budget
+        self.block_size = block_size
+        self.fetch_concurrency = fetch_concurrency
+        self.budget_bytes = budget_bytes
+        self.revalidate_interval = revalidate_interval
+        self.limiter = anyio.CapacityLimiter(64)
+        self.fetch_limiter = anyio.CapacityLimiter(fetch_concurrency)
+        self._inflight: dict[str, Fill] = {}
+        self._discovering: dict[tuple[str, str], asyncio.Future[Entry | None]] = {}
+        # When each running discovery began: a reader may share it only if no write came since.
+        self._discovery_began: weakref.WeakKeyDictionary[asyncio.Future[Entry | None], float] = (
+            weakref.WeakKeyDictionary())
+        self._touches: dict[int, tuple[float, int]] = {}
+        self._added_since_check = 0
+        self._evicting = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self.scrub = Scrub(store)  # checks block bytes in the background; hits check only headers
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        """Run ``work`` on the loop without anyone awaiting it; ``stop`` cancels what is left."""
+        task = asyncio.ensure_future(work)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def _background(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` in a thread without anyone waiting for it (on the event loop)."""
+        async def run() -> None:
+            try:
+                await self._run(fn, *args)
+            except Exception:
+                log.exception("cache background task %s failed", getattr(fn, "__name__", fn))
+
+        self._spawn(run())
+
+    @staticmethod
+    def _name(entry: Entry, index: int) -> str:
+        return block_name(entry.bucket, entry.key, entry.etag, index, entry.block_size)
+
+    def _touch(self, entry: Entry) -> None:
+        """Buffer an access (time, hits); ``flush_touches`` writes them in batches."""
+        _, hits = self._touches.get(entry.id, (0.0, 0))
+        self._touches[entry.id] = (time.time(), hits + 1)
+
+    async def drop(self, entry: Entry) -> None:
+        await self._run(self._drop_sync, entry)
+
+    def _drop_sync(self, entry: Entry) -> int:
+        if not self.index.remove(entry):
+            return 0
+        return self._delete_blocks(entry)
+
+    def _delete_blocks(self, entry: Entry) -> int:
+        if not entry.size:
+            return 0
+        return sum(self.store.delete(self._name(entry, i)) for i in range(entry.blocks))

@@ -1,0 +1,174 @@
+"""Discovery: the first miss of an object learns its current version with one GET and starts
+caching it, single-flight per key in the process (a shared future) and across processes (the
+key's meta lock). The entry's row is written by the fill of the first block (recording.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import BinaryIO
+
+from app import metrics
+from app.adapters.cachestore import meta_lock_name
+from app.adapters.catalog.cache_index import Entry
+from app.domain.errors import S3Error
+from app.domain.objects import ObjectMeta
+from app.domain.policy import Policy
+from app.domain.states import CacheState
+from app.services.cache.base import LOCK_POLL, LOCK_POLL_MAX, CacheBase
+from app.services.cache.recording import PendingEntry, Recording
+
+
+def first_byte_of(range_header: str | None) -> int | None:
+    """The first byte a ``bytes=a-b`` / ``bytes=a-`` range asks for (None for suffix ranges)."""
+    if not range_header:
+        return 0
+    spec = range_header.strip()[6:]
+    head = spec.split("-", 1)[0].strip()
+    return int(head) if head.isdigit() else None
+
+
+class Discovery(CacheBase):
+    """Discovering versions and writing their rows. Uses ``_start_fill`` (fill.py)."""
+
+    async def discover(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
+                       tenant_id: int | None, *, whole: bool = False) -> Entry | None:
+        """Learn the current version with one GET and start caching; single-flight per key."""
+        k = (bucket, key)
+        running = self._discovering.get(k)
+        if running is not None and running.done() and running.exception() is None:
+            shared = running.result()
+            if isinstance(shared, PendingEntry) and shared.recording and shared.recording.failed:
+                running = None  # its fetch failed (the loop has not heard yet): discover afresh
+        if running is not None:
+            began = self._discovery_began.get(running)
+            if began is not None and await self._run(self.index.changed_since, bucket, key, began):
+                # A write (or its destage) came after that discovery began: the version it
+                # fetched may be the older one, which this reader must not be served. It reads
+                # the remote directly; the running discovery's row is refused by put_ready.
+                return None
+            return await asyncio.shield(running)
+        future: asyncio.Future[Entry | None] = asyncio.get_running_loop().create_future()
+        self._discovering[k] = future
+        self._discovery_began[future] = time.time()
+        try:
+            entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole)
+        except BaseException as exc:
+            self._discovering.pop(k, None)
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        future.set_result(entry)
+        rec = entry.recording if isinstance(entry, PendingEntry) else None
+        if rec is None or rec.settled.is_set():
+            self._discovering.pop(k, None)
+        # else: later readers here share the pending entry until its row is written
+        # (_discovery_settled), instead of discovering the object again.
+        return entry
+
+    def _settle(self, rec: Recording, block_bytes: int, loop: asyncio.AbstractEventLoop) -> Entry | None:
+        """Write a discovered version's row (in a thread); always releases the discovery."""
+        entry: Entry | None = None
+        try:
+            entry = self.index.put_ready(rec.meta, rec.bucket, rec.block_size, rec.tenant_id, rec.pinned,
+                                         rec.started, rec.cached_bytes + block_bytes)
+            if rec.replaced is not None:
+                self._delete_blocks(rec.replaced)
+        finally:
+            self._release_discovery(rec, entry.id if entry is not None else None, loop)
+        if entry is not None and rec.ranged:
+            loop.call_soon_threadsafe(self._background, self._complete_checksums, entry)
+        return entry
+
+    def _complete_checksums(self, entry: Entry) -> None:
+        """A ranged discovery's answer carries no stored checksums (S3 leaves them out of ranged
+        answers). One HEAD completes the row's metadata, so hits answer ``x-amz-checksum-mode``
+        as the remote does. A changed object is left to revalidation."""
+        try:
+            meta = self.remote.head_object(entry.bucket, entry.key)
+        except S3Error:
+            return
+        if meta.etag == entry.etag and meta.checksums:
+            self.index.set_checksums(entry.id, entry.etag, meta.checksums)
+
+    def _release_discovery(self, rec: Recording, entry_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
+        rec.settle(entry_id)
+        self.store.unlock(rec.lock)
+        loop.call_soon_threadsafe(self._discovery_settled, rec)
+
+    def _discovery_settled(self, rec: Recording) -> None:
+        k = (rec.bucket, rec.meta.key)
+        future = self._discovering.get(k)
+        if future is not None and future.done() and not future.cancelled() and future.exception() is None:
+            entry = future.result()
+            if isinstance(entry, PendingEntry) and entry.recording is rec:
+                self._discovering.pop(k, None)
+
+    async def _discover_locked(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
+                               tenant_id: int | None, whole: bool) -> Entry | None:
+        lock = meta_lock_name(bucket, key)
+        started = time.time()
+        delay = LOCK_POLL
+        waited_since: float | None = None
+        while not self.store.try_lock(lock):
+            if waited_since is None:
+                waited_since = time.monotonic()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LOCK_POLL_MAX)
+        if waited_since is not None:
+            metrics.singleflight_waited(time.monotonic() - waited_since)
+        handed_off = False  # True once the lock is the Recording's to release
+        try:
+            # A point lookup: inline on the raw SQLite connection, a thread otherwise.
+            old = (self.index.get(bucket, key) if self.index.lookups is not None
+                   else await self._run(self.index.get, bucket, key))
+            if old is not None and old.state == CacheState.READY and (
+                    old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
+                return old  # another process discovered it while we waited
+            index = (first_byte // self.block_size) if first_byte is not None else 0
+            meta, body = await self._fetch_first(bucket, key, index, whole)
+            if meta.size <= index * self.block_size and meta.size:
+                index = 0
+            same = old is not None and old.etag == meta.etag and old.block_size == self.block_size
+            rec = Recording(meta, bucket, self.block_size, tenant_id, policy.pinned, started,
+                            old.cached_bytes if old is not None and same else 0, lock,
+                            old if old is not None and not same else None,
+                            ranged=not whole and not meta.checksums and meta.size > 0)
+            entry = rec.provisional()
+            name = self._name(entry, index)
+            length = entry.block_length(index)
+            if (body is not None and length > 0 and name not in self._inflight and not self.store.has(name, length)
+                    and self.store.try_lock(name)):
+                self._start_fill(entry, index, name, length, body)  # it writes the row
+                handed_off = True
+                return entry
+            if body is not None:
+                body.close()
+            handed_off = True
+            return await self._run(self._settle, rec, 0, asyncio.get_running_loop())
+        finally:
+            if not handed_off:
+                self.store.unlock(lock)
+
+    async def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
+        """One GET of block ``index``: the metadata from its headers, the body for the block.
+
+        A whole-object read asks without a Range, because only such an answer carries the
+        object's stored checksums (S3 omits them from ranged answers); the fill then takes the
+        first block of that stream and drops the connection if the object is larger.
+        """
+        if whole:
+            return await self._run(self.remote.get_object, bucket, key, None)
+        first = index * self.block_size
+        try:
+            return await self._run(self.remote.get_object, bucket, key, f"bytes={first}-{first + self.block_size - 1}")
+        except S3Error as err:
+            if err.code != "InvalidRange":
+                raise
+        # Empty object, or a range past the end: the whole object tells its size.
+        meta, body = await self._run(self.remote.get_object, bucket, key, None)
+        if meta.size > self.block_size:
+            body.close()
+            return meta, None
+        return meta, body

@@ -1,0 +1,117 @@
+"""Eviction: keeping the cache within the node's budget, tenant and bucket quotas and the data
+disk's reserve (LRU by last access, pinned prefixes skipped), and the operator's evict and wipe.
+Only clean data is in the cache: eviction never touches the journal's dirty bytes, it counts them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from app import metrics
+from app.services.cache.base import CacheBase
+
+log = logging.getLogger("ferry.cache")
+
+
+class Eviction(CacheBase):
+    """Limits and what frees space."""
+
+    def disk_low(self) -> bool:
+        """Whether the disk is too close to its reserve for another block. Then misses are read
+        through without caching (a fill would fail with ENOSPC mid-answer) and an eviction of
+        clean entries is started."""
+        if self.disk.spare() >= 2 * self.block_size:
+            return False
+        self.schedule_eviction()
+        return True
+
+    def schedule_eviction(self) -> None:
+        if self._evicting:
+            return
+        self._evicting = True
+        self._added_since_check = 0
+
+        async def run() -> None:
+            try:
+                await self._run(self.enforce_limits)
+            except Exception:
+                log.exception("cache eviction failed")
+            finally:
+                self._evicting = False
+
+        self._spawn(run())
+
+    def enforce_limits(self) -> int:
+        """Evict until every tenant is within quota, every bucket within its policy's quota and
+        the node within its budget. Returns the bytes freed."""
+        self.flush_touches()
+        freed = 0
+        for tenant_id, quota in self.index.tenant_quotas():
+            used = self.index.total_bytes(tenant_id=tenant_id)
+            if used > quota:
+                freed += self.evict(used - quota, tenant_id=tenant_id, reason="tenant-quota")
+        rules = self.policies.rules()
+        with_quota = {r.bucket for r in rules if r.quota_bytes is not None}
+        buckets = self.index.buckets() if "*" in with_quota else sorted(with_quota)
+        for bucket in buckets:
+            quota = self.policies.for_bucket(bucket).quota_bytes
+            if quota is not None:
+                used = self.index.total_bytes(bucket=bucket)
+                if used > quota:
+                    freed += self.evict(used - quota, bucket=bucket, reason="bucket-quota")
+        if (spare := self.disk.spare()) < 2 * self.block_size:
+            freed += self.evict(4 * self.block_size - spare, reason="disk")  # up to a low-water mark
+        if self.budget_bytes:
+            used = self.index.total_bytes() + self.dirty_bytes()
+            if used > self.budget_bytes:
+                # Down to a low-water mark, so eviction does not run on every fill.
+                freed += self.evict(used - int(self.budget_bytes * 0.95), reason="capacity")
+        return freed
+
+    def evict(self, need: int, *, tenant_id: int | None = None, bucket: str | None = None,
+              reason: str = "capacity") -> int:
+        """Drop least recently used, unpinned entries until ``need`` bytes are freed."""
+        freed = entries = 0
+        after: tuple[float, int] | None = None
+        while freed < need:
+            batch = self.index.lru(256, tenant_id=tenant_id, bucket=bucket, after=after)
+            if not batch:
+                break
+            for entry in batch:
+                after = (entry.last_access, entry.id)
+                if self.policies.for_key(entry.bucket, entry.key).pinned:
+                    continue
+                dropped = self._drop_sync(entry)
+                if dropped or entry.cached_bytes:
+                    entries += 1
+                    freed += max(dropped, entry.cached_bytes)
+                if freed >= need:
+                    break
+        if entries:
+            metrics.evicted(reason, entries, freed)
+            log.info("evicted %d entries (%d bytes): %s", entries, freed, reason)
+        return freed
+
+    def evict_prefix(self, bucket: str, prefix: str) -> tuple[int, int]:
+        """Operator's evict: drop this node's clean entries under a prefix (pinned ones too: the
+        operator asked by name). Dirty data is not in the cache and is never touched."""
+        entries = freed = 0
+        after: str | None = None
+        while True:
+            batch = self.index.under(bucket, prefix, after, 1000)
+            if not batch:
+                break
+            for entry in batch:
+                freed += self._drop_sync(entry)
+                entries += 1
+            after = batch[-1].key
+        metrics.evicted("operator", entries, freed)
+        return entries, freed
+
+    def wipe(self) -> tuple[int, int]:
+        """Drop every clean block of this node; the remote has all of it."""
+        usage = self.index.total_bytes()
+        count = self.index.delete_all()
+        self.store.wipe()
+        metrics.evicted("wipe", count, usage)
+        return count, usage

@@ -1,0 +1,308 @@
+"""The block fill: one block fetched into the cache, readable while it fills (the tee of a miss).
+
+The fetch runs in a worker thread as named steps, **fetch -> verify -> account -> publish**
+(``Filling._run_fill``); any failure rolls back (the file is discarded, bytes counted are taken
+back, a changed object's entry is invalidated) and the release always runs (the discovery, the
+response and the block's lock). The fetch appends to a file in ``cache/tmp``; readers in the same
+process follow it with their own descriptor (``Fill.follow``: ``pread``, or ranges of it the
+server sends with ``sendfile``), so the first byte of a miss reaches the client as soon as it
+arrives, and every reader of the block shares one request.
+
+Where the bytes come from is one seam, ``BlockSource`` (app/services/ports.py): a discovery hands
+its own GET's body to the fill of the first block; every other fill asks ``self.source``
+(``RemoteBlockSource`` unless bootstrap injects another, e.g. a peer node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import anyio
+import anyio.to_thread
+
+from app import metrics
+from app.adapters.blockformat import DATA_OFFSET
+from app.adapters.cachestore import FillFile
+from app.adapters.catalog.cache_index import Entry
+from app.adapters.remote import read_available
+from app.domain.checksums import new_checksum, whole_object_checksum
+from app.domain.errors import S3Error
+from app.domain.objects import FileRange
+from app.domain.states import CacheState
+from app.services.cache.base import CacheBase
+from app.services.cache.recording import PendingEntry, Recording, row_id
+from app.services.ports import RemoteObjects
+
+INLINE_READ = 256 * 1024
+SEND_CHUNK = 4 * 1024 * 1024
+FETCH_CHUNK = 256 * 1024
+
+
+@dataclass
+class Fill:
+    """The reader side of a block being fetched: its file, how much has landed, the verdict."""
+
+    name: str
+    length: int
+    file: FillFile
+    loop: asyncio.AbstractEventLoop
+    read_fd: int = -1
+    holds_last: bool = False  # the last byte waits for the fill's verdict (a checksum to check)
+    done: bool = False
+    error: BaseException | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.read_fd = os.open(self.file.path, os.O_RDONLY)
+
+    @property
+    def written(self) -> int:
+        return self.file.written
+
+    @property
+    def visible(self) -> int:
+        """Bytes readers may have: all written ones, except the last while a verdict is pending,
+        so a reader never completes an answer the fill may still reject."""
+        return self.file.written if self.done or not self.holds_last else max(0, self.file.written - 1)
+
+    # Called on the event loop (from the fetch thread through call_soon_threadsafe).
+    def notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def finish(self, error: BaseException | None) -> None:
+        self.error = error
+        self.done = error is None
+        self.notify()
+        self._finished.set()
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+
+    def reader_fd(self) -> int | None:
+        """A private descriptor of the filling file, or None once it finished (read the block)."""
+        return os.dup(self.read_fd) if self.read_fd >= 0 else None
+
+    async def wait_finished(self) -> None:
+        await self._finished.wait()
+        if self.error is not None:
+            raise self.error
+
+    async def follow(self, fd: int, first: int, last: int,
+                     file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
+        """Bytes ``first..last`` of the block as they land; raises if the fetch fails. With
+        ``file_ranges``, what has landed is yielded as ranges of ``fd`` instead of read."""
+        pos = first
+        try:
+            while pos <= last:
+                available = min(self.visible, last + 1)
+                if available > pos:
+                    n = min(available - pos, SEND_CHUNK)
+                    if file_ranges:
+                        yield FileRange(fd, DATA_OFFSET + pos, n)
+                        pos += n
+                        continue
+                    if n <= INLINE_READ:
+                        chunk = os.pread(fd, n, DATA_OFFSET + pos)
+                    else:
+                        chunk = await asyncio.to_thread(os.pread, fd, n, DATA_OFFSET + pos)
+                    if not chunk:
+                        raise S3Error("InternalError", "a cached block is shorter than recorded")
+                    pos += len(chunk)
+                    yield chunk
+                    continue
+                if self.error is not None:
+                    raise S3Error("ServiceUnavailable", f"The remote stream failed: {self.error}")
+                if self.done and self.written <= pos:
+                    raise S3Error("InternalError", "a cached block ended early")
+                changed = self._changed
+                if self.visible > pos or self.error is not None or (self.done and self.written <= pos):
+                    continue
+                await changed.wait()
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class RemoteBlockSource:
+    """The default ``BlockSource``: a ranged GET of the remote, ``If-Match`` the entry's ETag, so
+    bytes of two versions never mix in one object."""
+
+    def __init__(self, remote: RemoteObjects) -> None:
+        self.remote = remote
+
+    def open_range(self, bucket: str, key: str, etag: str, first: int, last: int) -> BinaryIO:
+        _, body = self.remote.get_object(bucket, key, f"bytes={first}-{last}", if_match=etag)
+        return body
+
+
+@dataclass
+class FillJob:
+    """One block's fetch as the fetch thread carries it through its steps."""
+
+    entry: Entry
+    index: int
+    fill: Fill
+    loop: asyncio.AbstractEventLoop
+    body: BinaryIO | None  # the response read from: a discovery's GET, or the source's
+    rec: Recording | None = None  # set: this fill writes the discovered entry's row
+    single: bool = False  # the row is written with this block, the object's only one
+    expected: tuple[str, str] | None = None  # (algorithm, value) the remote stored for the object
+    digest: Any = None  # the running checksum of the bytes, when there is one to check
+    keep: bool = True  # False: a write raced the discovery; serve these bytes, cache nothing
+    accounted: int | None = None  # the entry row this block's bytes were added to
+    published: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.fill.name
+
+    @property
+    def length(self) -> int:
+        return self.fill.length
+
+
+class Filling(CacheBase):
+    """Starting fills, and the fetch thread's steps. Uses ``_settle``/``_release_discovery``
+    (discovery.py) and ``schedule_eviction`` (eviction.py) of the same ReadCache."""
+
+    def _start_fill(self, entry: Entry, index: int, name: str, length: int, body: BinaryIO | None) -> Fill:
+        """Begin fetching a block we hold the lock of; the fetch outlives any one reader.
+
+        With ``body`` (a discovery's GET) and a pending entry, this fill also writes the entry's
+        row (see recording.py)."""
+        loop = asyncio.get_running_loop()
+        try:
+            fill = Fill(name, length, self.store.open_fill(name, index), loop)
+        except BaseException:
+            self.store.unlock(name)
+            raise
+        self._inflight[name] = fill
+        job = FillJob(entry, index, fill, loop, body)
+        if isinstance(entry, PendingEntry) and body is not None:
+            job.rec = entry.recording
+            job.single = job.rec is not None and entry.blocks == 1
+        # A fill that holds a whole object (a one-block object's discovery GET) is checked against
+        # the checksum the remote stored, when it sent one: corrupt bytes are never published.
+        if job.single and length == entry.size:
+            job.expected = whole_object_checksum(entry.meta.checksums)
+            job.digest = new_checksum(job.expected[0]) if job.expected else None
+        fill.holds_last = job.digest is not None
+        self._spawn(anyio.to_thread.run_sync(self._run_fill, job, limiter=self.fetch_limiter))
+        return fill
+
+    def _run_fill(self, job: FillJob) -> None:
+        """The fetch thread: fetch -> verify -> account -> publish. Bytes of a version a write
+        raced, or of a row that is gone, are served to the readers but never published. A failure
+        rolls back and reaches every reader; the release always runs."""
+        error: BaseException | None = None
+        try:
+            self._fill_fetch(job)
+            self._fill_verify(job)
+            if job.keep and self._fill_account(job):
+                self._fill_publish(job)
+            else:
+                self.store.discard(job.fill.file)
+        except BaseException as exc:  # the readers get the error; the next read refetches
+            error = exc
+            self._fill_roll_back(job, exc)
+        finally:
+            self._fill_release(job, error)
+
+    def _fill_fetch(self, job: FillJob) -> None:
+        """Step 1: copy the block's bytes into the fill file as they arrive (readers follow). A
+        discovery's fill of a several-block object writes the entry's row after its first chunk."""
+        fill, entry, rec = job.fill, job.entry, job.rec
+        if job.body is None:
+            first = job.index * entry.block_size
+            job.body = self.source.open_range(entry.bucket, entry.key, entry.etag, first, first + job.length - 1)
+        while True:
+            want = min(FETCH_CHUNK, job.length - fill.file.written) or FETCH_CHUNK
+            # The first bytes are forwarded as soon as they arrive (time to first byte).
+            chunk = read_available(job.body, want) if not fill.file.written else job.body.read(want)
+            if not chunk:
+                break
+            fill.file.write(chunk)
+            if job.digest is not None:
+                job.digest.update(chunk)
+            job.loop.call_soon_threadsafe(fill.notify)
+            if rec is not None and not job.single and not rec.settled.is_set():
+                job.keep = self._settle(rec, 0, job.loop) is not None  # first bytes are out: now the row
+            if fill.file.written >= job.length:
+                break
+
+    @staticmethod
+    def _fill_verify(job: FillJob) -> None:
+        """Step 2: the block is whole, and (for a whole object) matches the remote's checksum."""
+        written = job.fill.file.written
+        if written != job.length:
+            raise S3Error("ServiceUnavailable", f"the remote sent {written} of {job.length} bytes")
+        if job.digest is not None and job.expected is not None and job.digest.b64digest() != job.expected[1]:
+            metrics.cache_corrupt()
+            raise S3Error("InternalError", f"The remote's bytes do not match its stored {job.expected[0]} "
+                          "checksum; nothing was cached.")
+
+    def _fill_account(self, job: FillJob) -> bool:
+        """Step 3: add the block's bytes to its entry's row (or write the row with them) before
+        the block becomes visible: a crash in between leaves a row that over-counts (corrected
+        when it is evicted), never a file no row accounts for. False: the entry was evicted,
+        replaced or never written while this block was in flight."""
+        if job.single:
+            recorded = self._settle(job.rec, job.length, job.loop)  # type: ignore[arg-type]
+            job.accounted = recorded.id if recorded is not None else None
+        else:
+            entry_id = row_id(job.entry)
+            job.accounted = entry_id if entry_id and self.index.add_bytes(entry_id, job.length) else None
+        return job.accounted is not None
+
+    def _fill_publish(self, job: FillJob) -> None:
+        """Step 4: rename the block into place, then read the row once more: a row evicted or
+        replaced between the accounting and the rename takes the file with it (nobody else
+        would reclaim it)."""
+        self.store.publish(job.fill.file)
+        job.published = True
+        metrics.remote_fetched(job.length)
+        now = self.index.get(job.entry.bucket, job.entry.key)
+        if now is None or now.id != job.accounted or now.state != CacheState.READY:
+            self.store.delete(job.name)
+
+    def _fill_roll_back(self, job: FillJob, exc: BaseException) -> None:
+        """After a failure: no file stays, no byte stays counted; an object that changed behind
+        the cache (If-Match refused) loses its entry."""
+        if job.published:
+            self.store.delete(job.name)
+        else:
+            self.store.discard(job.fill.file)
+            if job.accounted is not None:  # counted, never published: take the bytes back
+                with contextlib.suppress(Exception):
+                    self.index.add_bytes(job.accounted, -job.length)
+        if isinstance(exc, S3Error) and exc.code == "PreconditionFailed":
+            with contextlib.suppress(Exception):
+                self.index.invalidate(job.entry.bucket, job.entry.key)
+
+    def _fill_release(self, job: FillJob, error: BaseException | None) -> None:
+        """Always: a discovery whose row was not written is released (the next read discovers
+        again), the response is closed, the block unlocked, the readers told."""
+        if job.rec is not None and not job.rec.settled.is_set():
+            self._release_discovery(job.rec, None, job.loop)
+        if job.body is not None:
+            with contextlib.suppress(Exception):
+                job.body.close()
+        self.store.unlock(job.name)
+        job.loop.call_soon_threadsafe(self._fill_done, job.fill, error)
+
+    def _fill_done(self, fill: Fill, error: BaseException | None) -> None:
+        """On the loop: the fill is no longer followable; check limits now and then."""
+        self._inflight.pop(fill.name, None)
+        fill.finish(error)
+        if error is None:
+            self._added_since_check += fill.length
+            # Check limits after each 1% of the budget, and at least every 32 MiB: quotas are smaller.
+            if self._added_since_check >= max(self.block_size, min(self.budget_bytes // 100, 32 * 1024 * 1024)):
+                self.schedule_eviction()

@@ -1,0 +1,231 @@
+"""The read-through cache: serve remote objects from local blocks, fetch each block once.
+
+- A read looks the object up in the cache index. A fresh entry (per policy) is a hit, served
+  from block files; an expired one is revalidated with a conditional HEAD (304 keeps it, a new
+  ETag drops it).
+- A miss discovers the current version with one GET of the block the client wants first (its
+  headers carry the metadata) and tees that body into the block while the client reads it. The
+  entry's row is written by that fetch once the first bytes are out (or, for a one-block object,
+  with the finished block in one commit: recording.py). Later blocks are fetched
+  with parallel ranged GETs (``If-Match`` the entry's ETag, so bytes of two versions never mix),
+  ``fetch_concurrency`` ahead of the reader, started once the first chunk is on its way.
+- Single-flight: one fetch per block per process (readers follow the filling file) and across
+  processes (a byte-range lock per block in ``cache/locks``; waiters poll for the finished block).
+- Capacity: LRU by last access over this node's entries, within the byte budget (dirty bytes
+  count against it too), per-tenant quotas and per-bucket quotas; pinned prefixes are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app import metrics
+from app.adapters.catalog.cache_index import Entry
+from app.domain.conditions import NO_CONDITIONS, Conditions
+from app.domain.errors import S3Error
+from app.domain.objects import FileSegment, ObjectMeta
+from app.domain.policy import Policy
+from app.domain.ranges import ByteRange
+from app.domain.states import CacheState
+from app.services.cache.discovery import Discovery, first_byte_of
+from app.services.cache.eviction import Eviction
+from app.services.cache.fill import Fill, Filling
+from app.services.cache.orphans import ORPHAN_SWEEP_SECONDS, Orphans
+from app.services.cache.revalidation import Revalidation
+from app.services.cache.serve import Serving
+
+log = logging.getLogger("ferry.cache")
+
+LOOKUP = object()  # "look the entry up" (as opposed to a known entry, or a known absence)
+TOMBSTONE_SECONDS = 3600.0
+SEEN_SECONDS = 86400.0
+SCRUB_EVERY = 10  # upkeep passes (seconds) between scrub calls: at most ~3 MiB/s of reads
+
+
+@dataclass
+class CachedRead:
+    """What the gateway turns into an ObjectRead."""
+
+    meta: ObjectMeta
+    byte_range: ByteRange | None
+    stream: AsyncIterator[bytes]
+    close: Callable[[], None]
+    outcome: str
+    files: list[FileSegment] | None = None
+
+
+def _outcome(outcome: str, bucket: str, tenant: int | None) -> None:
+    metrics.cache_outcome(outcome, bucket, tenant)
+    metrics.set_outcome(outcome)  # the slow log's stage record of this request
+
+
+class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
+    """The facade: current/head/read/warm/invalidate, usage, and the background upkeep. The parts
+    live in serve.py, fill.py, discovery.py, eviction.py, revalidation.py, orphans.py, scrub.py."""
+
+    # ---- lookups -----------------------------------------------------------------------------
+    async def current(self, bucket: str, key: str, policy: Policy, known: Any = LOOKUP) -> tuple[Entry | None, str]:
+        """The entry to serve and why ('hit', 'stale'), or (None, 'miss') when the remote must be read.
+        ``known``: the index row the caller already looked up (None: there is none; LOOKUP: ask)."""
+        entry = await self._run(self.index.get, bucket, key) if known is LOOKUP else known
+        if entry is None or entry.state != CacheState.READY:
+            return None, "miss"
+        if policy.is_fresh(entry.validated_at, time.time()):
+            return entry, "hit"
+        return await self._revalidate(entry, bucket, key, policy)
+
+    async def head(self, bucket: str, key: str, policy: Policy, tenant_id: int | None,
+                   known: Any = LOOKUP) -> ObjectMeta:
+        entry, _ = await self.current(bucket, key, policy, known)
+        if entry is not None:
+            self._touch(entry)
+            return entry.meta
+        return await self._run(self.remote.head_object, bucket, key)
+
+    # ---- reads -------------------------------------------------------------------------------
+    async def read(self, bucket: str, key: str, range_header: str | None,
+                   byte_range: Callable[[int], ByteRange | None], policy: Policy,
+                   tenant_id: int | None, known: Any = LOOKUP, *, file_ranges: bool = False,
+                   conditions: Conditions = NO_CONDITIONS) -> CachedRead | None:
+        """Open the object through the cache; None when the caller should read the remote directly
+        (second-hit admission's first miss, or a write raced the discovery). With ``file_ranges``
+        the stream may yield ``FileRange`` items (for a server that sends files itself).
+        ``conditions`` are judged from an entry the cache serves before anything else happens,
+        so a 304 or 412 the index can answer costs no remote request, even with its blocks gone."""
+        entry, outcome = await self.current(bucket, key, policy, known)
+        if entry is None:
+            if self.disk_low() or (policy.admission == "second-hit"
+                                   and not await self._run(self.index.mark_seen, bucket, key, tenant_id)):
+                _outcome("miss", bucket, tenant_id)
+                return None
+            entry = await self.discover(bucket, key, first_byte_of(range_header), policy, tenant_id,
+                                        whole=range_header is None)
+            if entry is None:
+                _outcome("miss", bucket, tenant_id)
+                return None
+            outcome = "miss"
+        else:
+            self._touch(entry)
+            self._judge(conditions, entry, outcome, tenant_id)
+        rng = byte_range(entry.size) if range_header else None
+        first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
+        files = self._segments(entry, first, last) if outcome != "miss" else None
+        if files is None and outcome != "miss" and self.disk_low():
+            _outcome("miss", bucket, tenant_id)  # blocks to fetch, no room for them: read through
+            return None
+        _outcome(outcome, bucket, tenant_id)
+        if files is not None:
+            metrics.served_bytes(outcome, bucket, max(0, last - first + 1))
+        stream = self._stream(entry, first, last, outcome, record=files is None, file_ranges=file_ranges)
+        return CachedRead(entry.meta, rng, stream, lambda: None, outcome, files)
+
+    @staticmethod
+    def _judge(conditions: Conditions, entry: Entry, outcome: str, tenant_id: int | None) -> None:
+        """Raise the 304/412 the conditions call for, counted as the cache's answer."""
+        try:
+            conditions.check(entry.etag, entry.meta.last_modified)
+        except S3Error:
+            _outcome(outcome, entry.bucket, tenant_id)
+            raise
+
+    # ---- warming (staging) --------------------------------------------------------------------
+    async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
+        """Fetch every block of the object not cached yet; returns the bytes fetched."""
+        if self.disk_low():
+            return 0
+        entry, _ = await self.current(bucket, key, policy, LOOKUP)
+        if entry is None:
+            # A whole-object GET, as a client's first read would be: its answer carries the
+            # stored checksums, which a ranged one does not.
+            entry = await self.discover(bucket, key, 0, policy, tenant_id, whole=True)
+            if entry is None:
+                return 0
+        blocks = range(entry.blocks) if entry.size else range(0)
+        missing = [i for i in blocks if not self.store.has(self._name(entry, i), entry.block_length(i))]
+        sem = asyncio.Semaphore(self.fetch_concurrency)
+
+        async def one(index: int) -> None:
+            async with sem:
+                source, _ = await self.acquire(entry, index)
+                if isinstance(source, Fill):
+                    await source.wait_finished()
+        await asyncio.gather(*(one(i) for i in missing))
+        return sum(entry.block_length(i) for i in missing)
+
+    # ---- invalidation ------------------------------------------------------------------------
+    async def invalidate(self, bucket: str, key: str) -> None:
+        """A write through the gateway replaced the key: no node serves the old version again."""
+        await self._run(self.index.invalidate, bucket, key)
+
+    def usage(self) -> dict[str, Any]:
+        out = self.index.usage()
+        out["node_id"] = self.index.node_id
+        out["budget_bytes"] = self.budget_bytes
+        out["cached_bytes"] = self.index.total_bytes()
+        out["dirty_bytes"] = self.dirty_bytes()
+        return out
+
+    # ---- background upkeep -------------------------------------------------------------------
+    def flush_touches(self) -> None:
+        touches, self._touches = self._touches, {}
+        if touches:
+            try:
+                self.index.touch(touches)
+            except Exception:
+                log.exception("recording cache access times failed")
+
+    def janitor_pass(self, enforce: bool = True) -> None:
+        """Drop this node's invalidated entries and old tombstones; enforce limits."""
+        self.flush_touches()
+        if not self.store.try_lock("f" * 64):
+            return  # another worker process of this node is doing it
+        try:
+            for entry in self.index.invalid_entries():
+                self._delete_blocks(entry)
+                self.index.remove(entry)
+            now = time.time()
+            self.index.expire_tombstones(now - TOMBSTONE_SECONDS, now - SEEN_SECONDS)
+            if enforce:
+                self.enforce_limits()
+        finally:
+            self.store.unlock("f" * 64)
+
+    async def start(self) -> None:
+        await self._run(self.store.clear_stale_tmp, 600.0)
+        self._tasks.append(asyncio.ensure_future(self._upkeep()))
+
+    async def _upkeep(self) -> None:
+        last_revalidation = time.monotonic()
+        next_sweep = time.monotonic() + 60.0
+        passes = 0
+        while True:
+            await asyncio.sleep(1.0)
+            passes += 1
+            try:
+                # Limits are summed over the whole index: every few seconds is enough, since
+                # fills also trigger a check once they add 1% of the budget.
+                await self._run(self.janitor_pass, passes % 3 == 0)
+                if self.revalidate_interval and time.monotonic() - last_revalidation >= self.revalidate_interval:
+                    last_revalidation = time.monotonic()
+                    await self._run(self.revalidate_all)
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
+                    await self._run(self.sweep_orphans)
+                if passes % SCRUB_EVERY == 0:
+                    await self._run(self.scrub.run)
+            except Exception:
+                log.exception("cache upkeep failed")
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        await self._run(self.flush_touches)

@@ -1,0 +1,140 @@
+"""Serving a cached object: block-file segments for a full hit, the streamed walk over blocks
+with read-ahead, and ``acquire`` (a block's file, the fill of this process that is fetching it,
+or a new fill once its cross-process lock is ours).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from app import metrics
+from app.adapters.blockformat import DATA_OFFSET
+from app.adapters.catalog.cache_index import Entry
+from app.domain.errors import S3Error
+from app.domain.objects import FileRange, FileSegment
+from app.services.cache.base import LOCK_POLL, LOCK_POLL_MAX, CacheBase
+from app.services.cache.fill import INLINE_READ, SEND_CHUNK, Fill
+
+
+class Serving(CacheBase):
+    """Reading blocks out: segments, the stream, and where each block's bytes are. Uses
+    ``_start_fill`` (fill.py) of the same ReadCache."""
+
+    def _segments(self, entry: Entry, first: int, last: int) -> list[FileSegment] | None:
+        """The range as block-file segments when every block is local (a full hit), else None."""
+        if last < first:
+            return []
+        size = entry.block_size
+        segments = []
+        for idx in range(first // size, last // size + 1):
+            path = self.store.path(self._name(entry, idx))
+            length = entry.block_length(idx)
+            if self.store.size_of(self._name(entry, idx)) != length:
+                return None
+            start = max(first, idx * size) - idx * size
+            end = min(last, idx * size + length - 1) - idx * size
+            segments.append(FileSegment(str(path), DATA_OFFSET + start, end - start + 1))
+        return segments
+
+    async def _stream(self, entry: Entry, first: int, last: int, outcome: str, *,
+                      record: bool = True, file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
+        if last < first:
+            return
+        size = entry.block_size
+        b0, b1 = first // size, last // size
+        pending: dict[int, asyncio.Task[tuple[Any, bool]]] = {}
+        served = 0
+
+        def fetch_ahead(lo: int, hi: int) -> None:
+            for ahead in range(lo, min(b1, hi) + 1):
+                if ahead not in pending and not self.store.has(self._name(entry, ahead), entry.block_length(ahead)):
+                    pending[ahead] = asyncio.ensure_future(self.acquire(entry, ahead))
+
+        # Readahead starts once the first chunk is on its way: started earlier, its requests
+        # compete with the first block for the GIL and the link (time to first byte).
+        reading_ahead = False
+        try:
+            for idx in range(b0, b1 + 1):
+                # Keep up to fetch_concurrency blocks in flight ahead of the reader.
+                fetch_ahead(idx, idx + self.fetch_concurrency - 1 if reading_ahead else idx)
+                task = pending.pop(idx, None)
+                source = (await task)[0] if task is not None else self.store.path(self._name(entry, idx))
+                start = max(first, idx * size) - idx * size
+                end = min(last, idx * size + entry.block_length(idx) - 1) - idx * size
+                if not isinstance(source, Fill) and not os.path.exists(source):
+                    source, _ = await self.acquire(entry, idx)  # evicted meanwhile: fetch it again
+                async for chunk in self._serve(source, start, end, file_ranges):
+                    served += len(chunk)
+                    yield chunk
+                    if not reading_ahead:
+                        reading_ahead = True
+                        fetch_ahead(idx + 1, idx + self.fetch_concurrency - 1)
+        finally:
+            for task in pending.values():
+                task.cancel()
+            if record:
+                metrics.served_bytes(outcome, entry.bucket, served)
+
+    async def _serve(self, source: Any, start: int, end: int,
+                     file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
+        if isinstance(source, Fill):
+            fd = source.reader_fd()
+            if fd is not None:
+                async for chunk in source.follow(fd, start, end, file_ranges):
+                    yield chunk
+                return
+            source = self.store.path(source.name)
+        length = end - start + 1
+        try:
+            fd = os.open(source, os.O_RDONLY)
+        except FileNotFoundError as exc:  # evicted between check and open: the client retries
+            raise S3Error("ServiceUnavailable", "A cached block disappeared while being served.") from exc
+        try:
+            if length <= INLINE_READ:
+                yield os.pread(fd, length, DATA_OFFSET + start)
+                return
+            if file_ranges:
+                yield FileRange(fd, DATA_OFFSET + start, length)
+                return
+            # Slices of a read-only map go to the socket without a copy into Python bytes; the
+            # map is freed when the last slice is (block files are never truncated, only unlinked).
+            view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+            pos, end = DATA_OFFSET + start, DATA_OFFSET + end
+            while pos <= end:
+                n = min(SEND_CHUNK, end + 1 - pos)
+                yield view[pos:pos + n]
+                pos += n
+        finally:
+            os.close(fd)
+
+    async def acquire(self, entry: Entry, index: int) -> tuple[Any, bool]:
+        """A source for block ``index``: its file path, or the Fill that is fetching it. The flag
+        tells whether this call started the fetch."""
+        name = self._name(entry, index)
+        length = entry.block_length(index)
+        waited_since: float | None = None
+        delay = LOCK_POLL
+        while True:
+            if self.store.has(name, length):
+                if waited_since is not None:
+                    metrics.singleflight_waited(time.monotonic() - waited_since)
+                return self.store.path(name), False
+            fill = self._inflight.get(name)
+            if fill is not None:
+                metrics.singleflight_waited(0.0)
+                return fill, False
+            if self.store.try_lock(name):
+                if self.store.has(name, length):
+                    self.store.unlock(name)
+                    continue
+                return self._start_fill(entry, index, name, length, None), True
+            # Another process is fetching this block: wait for it to publish.
+            if waited_since is None:
+                waited_since = time.monotonic()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LOCK_POLL_MAX)
