@@ -93,6 +93,7 @@ class GatewayProcess:
                         return self
             except (urllib.error.URLError, OSError):
                 time.sleep(0.1)
+        self.kill()  # never leave a process that did not come up running behind the test
         raise RuntimeError(f"ferry serve did not answer within {timeout}s:\n{self.log_tail()}")
 
     def log_tail(self, size: int = 4000) -> str:
