@@ -37,9 +37,11 @@ def control_app(container: Container) -> FastAPI:
             await container.cache.start()
         if container.staging is not None:
             await container.staging.startup()
+        await container.chores.start()
         try:
             yield
         finally:
+            await container.chores.stop()
             if container.cache is not None:
                 await container.cache.stop()
             if container.staging is not None:
