@@ -35,19 +35,13 @@ log = logging.getLogger("ferry.chores")
 
 Scope = Literal["node", "shared", "process"]
 
-JANITOR_SECONDS = 1.0  # invalid entries and old tombstones of this node
-EVICTION_SECONDS = 3.0  # limits are summed over the whole index; fills also trigger a check
-SCRUB_SECONDS = 10.0  # at most ~3 MiB/s of reads (SCRUB_BYTES_PER_PASS every 10 s)
-ORPHAN_SECONDS = 86400.0  # a minute after start, then daily
-ORPHAN_FIRST_SECONDS = 60.0
-TOUCH_SECONDS = 1.0  # access times buffered in each process
 
 
 class JournalChores(Protocol):
     """What the journal's chores need of it."""
 
     def release_expired_leases(self) -> int: ...
-    def due(self, limit: int = ..., node_id: str | None = None) -> list[int]: ...
+    def due(self, limit: int = ..., now: float | None = ..., node_id: str | None = ...) -> list[int]: ...
     def compact(self, retention_seconds: float) -> int: ...
 
 
@@ -70,9 +64,15 @@ class Expiry(Protocol):
 class Intervals:
     """The settings chores run by (seconds; 0 turns a chore off)."""
 
-    sweep: float = 2.0
-    retention: float = 0.0  # journal history kept; 0 keeps it (no compaction)
-    revalidate: float = 60.0
+    sweep: float = 2.0  # FERRY_SWEEP_INTERVAL: the outbox sweep and upload expiry
+    retention: float = 0.0  # FERRY_JOURNAL_RETENTION_SECONDS; 0 keeps history (no compaction)
+    revalidate: float = 60.0  # FERRY_CACHE_REVALIDATE_INTERVAL; 0 turns bulk revalidation off
+    janitor: float = 1.0  # this node's invalid cache entries and old tombstones
+    eviction: float = 3.0  # limits are summed over the whole index; fills also trigger a check
+    scrub: float = 10.0  # at most ~3 MiB/s of reads (SCRUB_BYTES_PER_PASS every 10 s)
+    orphans: float = 86400.0  # the orphan sweep walks every block file: daily ...
+    orphans_first: float = 60.0  # ... and a minute after start
+    touches: float = 1.0  # access times buffered in each serving process
 
 
 def compaction_interval(retention_seconds: float, sweep_interval: float) -> float:
@@ -131,16 +131,16 @@ class Chore:
 CHORES: tuple[Chore, ...] = (
     Chore("sweep", "node", _sweep, lambda i: i.sweep, lambda i: 0.0),
     Chore("upload-expiry", "node", lambda p: p.upload_expiry.sweep(), lambda i: i.sweep, lambda i: 0.0),
-    Chore("cache-janitor", "node", lambda p: p.cache.janitor_pass(False), lambda i: JANITOR_SECONDS),
-    Chore("cache-eviction", "node", lambda p: p.cache.janitor_pass(True), lambda i: EVICTION_SECONDS),
-    Chore("cache-orphans", "node", lambda p: p.cache.sweep_orphans(), lambda i: ORPHAN_SECONDS,
-          lambda i: ORPHAN_FIRST_SECONDS),
-    Chore("cache-scrub", "node", _scrub, lambda i: SCRUB_SECONDS),
+    Chore("cache-janitor", "node", lambda p: p.cache.janitor_pass(False), lambda i: i.janitor),
+    Chore("cache-eviction", "node", lambda p: p.cache.janitor_pass(True), lambda i: i.eviction),
+    Chore("cache-orphans", "node", lambda p: p.cache.sweep_orphans(), lambda i: i.orphans,
+          lambda i: i.orphans_first),
+    Chore("cache-scrub", "node", _scrub, lambda i: i.scrub),
     # The entries and blocks it compares are this node's (CacheIndex rows carry the node id).
     Chore("cache-revalidation", "node", lambda p: p.cache.revalidate_all(), lambda i: i.revalidate),
     Chore("compact", "shared", _compact,
           lambda i: compaction_interval(i.retention, i.sweep) if i.retention else 0.0, lambda i: 0.0),
-    Chore("cache-touches", "process", lambda p: p.cache.flush_touches(), lambda i: TOUCH_SECONDS),
+    Chore("cache-touches", "process", lambda p: p.cache.flush_touches(), lambda i: i.touches),
 )
 BY_NAME = {chore.name: chore for chore in CHORES}
 
