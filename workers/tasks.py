@@ -11,6 +11,7 @@ node chores to its own queue and the shared ones to ``ferry.shared`` (``app/task
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from functools import lru_cache
 from typing import Any
@@ -43,9 +44,11 @@ def _redis() -> Any:
 def _first_this_interval(chore: Chore) -> bool:
     """A shared chore is sent by every node's beat: the first worker to take the broker key for
     this interval runs it, the others skip (the key expires after the interval)."""
+    settings = get_settings()
     every = chore.interval(container().chore_parts.intervals)
+    fleet = hashlib.sha256(settings.effective_database_url.encode()).hexdigest()[:16]  # one key per catalog
     try:
-        return bool(_redis().set(f"ferry:chore:{chore.name}", get_settings().node_id, nx=True,
+        return bool(_redis().set(f"ferry:chore:{fleet}:{chore.name}", settings.node_id, nx=True,
                                  px=max(1, int(every * 900))))  # 90 %: beats drift by milliseconds
     except Exception:  # no broker key to take: running twice is harmless, not running is not
         log.warning("could not take the broker key of chore %s; running it anyway", chore.name, exc_info=True)
