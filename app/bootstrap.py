@@ -226,7 +226,7 @@ def build(settings: Settings) -> Container:
                       disk=disk_reserve(settings))
     ensure_bootstrap_key(catalog, settings)
     staging_repo = StagingRepo(engine)
-    staging = StagingRunner(staging_repo, remote, gateway, settings.node_id)
+    staging = StagingRunner(staging_repo, remote, gateway.warm_object, settings.node_id)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
     chore_parts, chores = make_chores(settings, journal, cache, expiry, executor)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,

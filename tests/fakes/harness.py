@@ -1,6 +1,7 @@
-"""The write, read, listing and destage services wired on a fake remote, a real SQLite journal
-and a real blob store in a temporary directory: what ``bootstrap.build`` does, minus the
-network, the cache and the workers. The test drives the destage itself (``destage_all``)."""
+"""The write, read, listing and destage services wired on a fake remote, a real SQLite journal,
+read cache, policies and tenancy, and a real blob store in a temporary directory: what
+``bootstrap.build`` does, minus the network and the workers. The test drives the destage itself
+(``destage_all``)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.adapters.blobstore import BlobStore
+from app.adapters.cachestore import CacheStore
+from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.migrate import upgrade
+from app.adapters.catalog.owners import OwnerRepo
+from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.repo import Catalog
+from app.domain.policy import Policy
 from app.services.bodies import ExpectedDigests, ObjectRead, StreamBody
 from app.services.destage import Destager
 from app.services.gateway import Gateway
+from app.services.policies import PolicyBook
+from app.services.readcache import ReadCache
+from app.services.tenancy import Tenancy
 from tests.fakes.remote import InMemoryRemote
 
 
@@ -73,8 +82,12 @@ def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back") -
     engine = make_engine(url)
     journal = Journal(engine, "unit")
     blobs = BlobStore(tmp_path / "data", fsync=False)
-    destager = Destager(journal, blobs, remote, backoff_base=0.0, backoff_cap=0.0, invalidate_cache=False)
+    destager = Destager(journal, blobs, remote, backoff_base=0.0, backoff_cap=0.0)
     executor = QueueExecutor()
+    policies = PolicyBook(PolicyRepo(engine), Policy(mode=mode))
+    cache = ReadCache(CacheIndex(engine, "unit"), CacheStore(tmp_path / "data"), remote, policies,  # type: ignore[arg-type]
+                      dirty_bytes=journal.dirty_bytes)
     gateway = Gateway(Catalog(engine, "unit"), blobs, remote, journal=journal, executor=executor, mode=mode,
-                      destager=destager, inline_lookups=True, eager_parts=False)
+                      destager=destager, cache=cache, policies=policies, inline_lookups=True, eager_parts=False,
+                      tenancy=Tenancy(OwnerRepo(engine, "default"), shared=True))
     return Services(gateway, journal, blobs, destager, executor, remote)
