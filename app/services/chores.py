@@ -126,13 +126,15 @@ class Chore:
     run: Callable[[ChoreParts], object]
     interval: Callable[[Intervals], float]
     first_after: Callable[[Intervals], float] | None = None  # None: one interval after start
+    guard: str | None = None  # chores sharing a guard never run side by side in one process
 
 
 CHORES: tuple[Chore, ...] = (
     Chore("sweep", "node", _sweep, lambda i: i.sweep, lambda i: 0.0),
     Chore("upload-expiry", "node", lambda p: p.upload_expiry.sweep(), lambda i: i.sweep, lambda i: 0.0),
-    Chore("cache-janitor", "node", lambda p: p.cache.janitor_pass(False), lambda i: i.janitor),
-    Chore("cache-eviction", "node", lambda p: p.cache.janitor_pass(True), lambda i: i.eviction),
+    # Both hold the janitor lock, a lock of the process: a thread of the same process would get it too.
+    Chore("cache-janitor", "node", lambda p: p.cache.janitor_pass(False), lambda i: i.janitor, guard="janitor"),
+    Chore("cache-eviction", "node", lambda p: p.cache.janitor_pass(True), lambda i: i.eviction, guard="janitor"),
     Chore("cache-orphans", "node", lambda p: p.cache.sweep_orphans(), lambda i: i.orphans,
           lambda i: i.orphans_first),
     Chore("cache-scrub", "node", _scrub, lambda i: i.scrub),
@@ -149,7 +151,7 @@ def run_chore(name: str, parts: ChoreParts) -> object:
     """The one entry point of every chore (both executors call it). A run of a chore still busy
     in this process is skipped: a slow pass never piles up behind itself."""
     chore = BY_NAME[name]
-    lock = parts._running.setdefault(name, threading.Lock())
+    lock = parts._running.setdefault(chore.guard or name, threading.Lock())
     if not lock.acquire(blocking=False):
         return None
     try:
