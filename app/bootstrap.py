@@ -33,6 +33,7 @@ from app.domain.policy import Policy, PolicyRule
 from app.services.budget import DiskReserve, WriteBudget
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
+from app.services.chores import ChoreLoop, ChoreParts, Intervals, Scope
 from app.services.destage import Destager
 from app.services.durability import Durability
 from app.services.executor import CeleryExecutor, EmbeddedExecutor
@@ -77,8 +78,10 @@ class Container:
     policies: PolicyBook
     cache: ReadCache
     staging: StagingRunner  # the admin API's warm-up jobs
-    upload_expiry: UploadExpiry  # run by the journal sweeper (in-process or beat)
+    upload_expiry: UploadExpiry
     admin: AdminParts
+    chore_parts: ChoreParts  # what every chore runs on (in-process or in a Celery worker)
+    chores: ChoreLoop  # the chores this process runs itself (all of them in embedded mode)
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
@@ -126,12 +129,30 @@ def make_executor(settings: Settings, journal: Journal, destager: Destager) -> E
         from app.taskqueue import destage_sender  # imports Celery only in fleet mode
 
         return CeleryExecutor(destage_sender())
-    # A SQLite catalog in the data dir holds only this dir's rows, whatever node id wrote them
-    # (a hostname that changed); a shared catalog holds every node's, and the sweep takes its own.
-    shared = not settings.effective_database_url.startswith("sqlite")
-    return EmbeddedExecutor(destager, journal, workers=settings.destage_workers,
-                            sweep_interval=settings.sweep_interval, node_id=settings.node_id if shared else None,
-                            retention_seconds=settings.journal_retention_seconds)
+    return EmbeddedExecutor(destager, journal, workers=settings.destage_workers, node_id=sweep_node(settings))
+
+
+def sweep_node(settings: Settings) -> str | None:
+    """Whose rows the journal sweep hands on. A SQLite catalog in the data dir holds only this
+    dir's rows, whatever node id wrote them (a hostname that changed): all of them; a shared
+    catalog holds every node's, and the sweep takes its own."""
+    return None if settings.effective_database_url.startswith("sqlite") else settings.node_id
+
+
+def chore_intervals(settings: Settings) -> Intervals:
+    """The settings the chores run by (the in-process loop and each node's beat alike)."""
+    return Intervals(sweep=settings.sweep_interval, retention=settings.journal_retention_seconds,
+                     revalidate=settings.cache_revalidate_interval)
+
+
+def make_chores(settings: Settings, journal: Journal, cache: ReadCache, expiry: UploadExpiry,
+                executor: EmbeddedExecutor | CeleryExecutor) -> tuple[ChoreParts, ChoreLoop]:
+    """Every chore in this process in embedded mode; in fleet mode the node's Celery worker runs
+    the node and shared chores from its beat, and this process only its own (access times)."""
+    parts = ChoreParts(journal, cache, expiry, executor.submit, chore_intervals(settings),
+                       sweep_node=sweep_node(settings))
+    scopes: tuple[Scope, ...] = ("process",) if settings.broker_url else ("node", "shared", "process")
+    return parts, ChoreLoop(parts, scopes)
 
 
 def disk_reserve(settings: Settings) -> DiskReserve:
@@ -206,11 +227,11 @@ def build(settings: Settings) -> Container:
                       disk=disk_reserve(settings))
     ensure_bootstrap_key(catalog, settings)
     staging_repo = StagingRepo(engine)
-    staging = StagingRunner(staging_repo, remote, gateway, settings.node_id)
+    staging = StagingRunner(staging_repo, remote, gateway.warm_object, settings.node_id)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
-    if isinstance(executor, EmbeddedExecutor):
-        executor.chores.append(expiry.sweep)
+    chore_parts, chores = make_chores(settings, journal, cache, expiry, executor)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
                      policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
                      upload_expiry=expiry,
-                     admin=make_admin_parts(settings, engine, staging_repo, journal, executor))
+                     admin=make_admin_parts(settings, engine, staging_repo, journal, executor),
+                     chore_parts=chore_parts, chores=chores)

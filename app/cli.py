@@ -99,8 +99,6 @@ def serve(
     migrate: Annotated[bool, typer.Option(help="Apply catalog migrations before serving.")] = True,
 ) -> None:
     """Serve the S3 endpoint (and health/admin) with uvicorn."""
-    import uvicorn
-
     overrides = dict(host=host, port=port, workers=workers, data_dir=data_dir, database_url=database_url,
                      remote_endpoint=remote_endpoint, tls_cert=tls_cert, tls_key=tls_key)
     settings = _settings(config, **overrides)
@@ -124,35 +122,44 @@ def serve(
         upgrade(settings.effective_database_url)
     registry = _register_node(settings)  # a live node with this id refuses us here
     _recover(settings)
-    from app.logs import configure_logging, uvicorn_log_config
-    from app.server import http_protocol
+    from app.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_json)
     typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
                f"-> remote {settings.remote_endpoint or '(AWS default)'}", err=True)
     _exit_on_sigterm()
     try:
-        uvicorn.run(
-            "app.main:create_app",
-            factory=True,
-            host=settings.host,
-            port=settings.port,
-            workers=settings.workers,
-            ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
-            ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
-            log_level=settings.log_level,
-            log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
-            access_log=False,
-            timeout_keep_alive=int(settings.http_keep_alive_timeout),  # idle connections between requests
-            limit_concurrency=settings.http_limit_concurrency or None,  # connections + tasks, then 503
-            # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
-            # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
-            timeout_graceful_shutdown=5,
-            server_header=False,
-            http=http_protocol(settings.zero_copy),  # httptools + the ASGI zerocopysend extension
-        )
+        _run_uvicorn(settings)
     finally:
         registry.leave()  # also when uvicorn could not bind its port
+
+
+def _run_uvicorn(settings: Settings) -> None:
+    """uvicorn with the worker processes, bounds and protocol the settings ask for."""
+    import uvicorn
+
+    from app.logs import uvicorn_log_config
+    from app.server import http_protocol
+
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
+        ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
+        log_level=settings.log_level,
+        log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
+        access_log=False,
+        timeout_keep_alive=int(settings.http_keep_alive_timeout),  # idle connections between requests
+        limit_concurrency=settings.http_limit_concurrency or None,  # connections + tasks, then 503
+        # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
+        # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
+        timeout_graceful_shutdown=5,
+        server_header=False,
+        http=http_protocol(settings.zero_copy),  # httptools + the ASGI zerocopysend extension
+    )
 
 
 def _exit_on_sigterm() -> None:

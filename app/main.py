@@ -33,17 +33,15 @@ def control_app(container: Container) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await container.executor.start()
-        if container.cache is not None:
-            await container.cache.start()
-        if container.staging is not None:
-            await container.staging.startup()
+        await container.cache.start()
+        await container.staging.startup()
+        await container.chores.start()
         try:
             yield
         finally:
-            if container.cache is not None:
-                await container.cache.stop()
-            if container.staging is not None:
-                await container.staging.shutdown()
+            await container.chores.stop()
+            await container.cache.stop()
+            await container.staging.shutdown()
             await container.executor.stop()
             metrics.process_exit()
 

@@ -6,22 +6,51 @@ worker entry point (``workers.celery_app``) takes this same instance and adds it
 
 The broker comes from FERRY_BROKER_URL. Buffered bytes live on the node that accepted them, so
 each node's destage tasks go to that node's own queue (``ferry.<node id>``), which the node's
-worker consumes by default. Beat runs the outbox sweeper.
+worker consumes by default.
+
+Beat: each node's worker runs its own beat (``celery ... worker -B``), with a schedule built from
+``services/chores.CHORES`` for its node id. Its node chores (journal sweep, upload expiry, cache
+janitor, eviction, scrub, orphan sweep, revalidation) go to its own queue, so they run where its
+data directory is; its shared chores (compaction) go to ``ferry.shared``, which every worker also
+consumes. Every live node's beat sends the shared chores, so a shared run first takes a broker
+key for its interval (``workers/tasks.py``): one run per interval for the fleet, and a node that
+dies takes neither its schedule nor the shared chores with it. Beat messages expire after one
+interval: a worker that was down does not replay a backlog of passes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from celery import Celery
+from kombu import Queue
 
-from app.config import get_settings
-from app.services.executor import compaction_interval
+from app.bootstrap import chore_intervals
+from app.config import Settings, get_settings
+from app.services.chores import CHORES
+
+SHARED_QUEUE = "ferry.shared"
 
 
 def node_queue(node_id: str) -> str:
     return f"ferry.{node_id}"
+
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """This node's beat: node chores to its own queue, shared chores to the shared one (the
+    serving processes run the ``process`` chores themselves)."""
+    intervals = chore_intervals(settings)
+    schedule: dict[str, dict[str, Any]] = {}
+    for chore in CHORES:
+        every = chore.interval(intervals)
+        if chore.scope == "process" or every <= 0:
+            continue
+        queue = node_queue(settings.node_id) if chore.scope == "node" else SHARED_QUEUE
+        schedule[f"ferry-{chore.name}"] = {"task": f"ferry.{chore.name}", "schedule": every,
+                                           "options": {"queue": queue, "expires": max(every, 1.0)}}
+    return schedule
 
 
 @lru_cache(maxsize=1)
@@ -33,18 +62,14 @@ def celery_app() -> Celery:
     app = Celery("ferry", broker=broker)
     app.conf.update(
         task_default_queue=node_queue(settings.node_id),
+        task_queues=[Queue(node_queue(settings.node_id)), Queue(SHARED_QUEUE)],
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
-        beat_schedule={
-            "ferry-sweep": {"task": "ferry.sweep", "schedule": settings.sweep_interval},
-            "ferry-compact": {"task": "ferry.compact",
-                              "schedule": compaction_interval(settings.journal_retention_seconds,
-                                                              settings.sweep_interval)},
-        },
+        beat_schedule=beat_schedule(settings),
     )
     return app
 

@@ -1,17 +1,27 @@
 """Celery tasks: thin wrappers over the same service functions the embedded executor runs.
 
 Retries are the journal's job, not Celery's: a failed destage sets the row's next attempt time
-(exponential backoff with jitter) and the sweeper re-sends it when due, so a lost or duplicated
+(exponential backoff with jitter) and the sweep re-sends it when due, so a lost or duplicated
 message never loses or reorders a write.
+
+Every chore of ``app/services/chores.CHORES`` but the per-process ones is one task here,
+``ferry.<chore name>``, run by ``run_chore`` as in embedded mode. Each node's beat sends its
+node chores to its own queue and the shared ones to ``ferry.shared`` (``app/taskqueue.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from functools import lru_cache
+from typing import Any
 
 from app.bootstrap import Container, build
 from app.config import get_settings
+from app.services.chores import CHORES, Chore, run_chore
 from workers.celery_app import app
+
+log = logging.getLogger("ferry.tasks")
 
 
 @lru_cache(maxsize=1)
@@ -24,21 +34,39 @@ def destage(seq: int) -> str:
     return container().destager.destage(seq)
 
 
-@app.task(name="ferry.sweep", ignore_result=True)
-def sweep() -> int:
-    """Free leases of dead workers, re-send every due entry of this node, expire its abandoned uploads."""
-    c = container()
-    c.journal.release_expired_leases()
-    due = c.journal.due(node_id=c.journal.node_id)  # other nodes' bytes are not on this disk
-    for seq in due:
-        destage.delay(seq)
-    if c.upload_expiry is not None:  # abandoned multipart uploads of this node
-        c.upload_expiry.sweep()
-    return len(due)
+@lru_cache(maxsize=1)
+def _redis() -> Any:
+    import redis  # the broker's own client (Celery's Redis transport depends on it)
+
+    return redis.Redis.from_url(get_settings().broker_url or "redis://127.0.0.1:6379/0")
 
 
-@app.task(name="ferry.compact", ignore_result=True)
-def compact() -> int:
-    """Delete journal history past FERRY_JOURNAL_RETENTION_SECONDS (0 keeps it)."""
-    retention = get_settings().journal_retention_seconds
-    return container().journal.compact(retention) if retention else 0
+def _first_this_interval(chore: Chore) -> bool:
+    """A shared chore is sent by every node's beat: the first worker to take the broker key for
+    this interval runs it, the others skip (the key expires after the interval)."""
+    settings = get_settings()
+    every = chore.interval(container().chore_parts.intervals)
+    fleet = hashlib.sha256(settings.effective_database_url.encode()).hexdigest()[:16]  # one key per catalog
+    try:
+        return bool(_redis().set(f"ferry:chore:{fleet}:{chore.name}", settings.node_id, nx=True,
+                                 px=max(1, int(every * 900))))  # 90 %: beats drift by milliseconds
+    except Exception:  # no broker key to take: running twice is harmless, not running is not
+        log.warning("could not take the broker key of chore %s; running it anyway", chore.name, exc_info=True)
+        return True
+
+
+def _register(chore: Chore) -> None:
+    def task() -> object:
+        if chore.scope == "shared" and not _first_this_interval(chore):
+            return None
+        result = run_chore(chore.name, container().chore_parts)
+        return result if isinstance(result, int | str | None) else repr(result)
+
+    task.__name__ = task.__qualname__ = f"chore_{chore.name.replace('-', '_')}"
+    task.__doc__ = f"The {chore.name} chore ({chore.scope} scope)."
+    app.task(name=f"ferry.{chore.name}", ignore_result=True)(task)
+
+
+for _chore in CHORES:
+    if _chore.scope != "process":
+        _register(_chore)

@@ -4,8 +4,10 @@ The owner holds an exclusive ``flock`` on ``<data dir>/ferry.lock`` for its whol
 writes its pid there. The kernel drops the lock when the process dies (kill -9 included), so a
 crashed owner never blocks its successor, and no stale pid file has to be guessed about.
 The owner's uvicorn worker processes are its members: they die with it (``die_with_parent``).
-The node's Celery workers are members too and take no lock: they only read and unlink blobs of
-journal rows they hold a lease on, and never touch ``tmp/``, ``metrics/`` or run recovery.
+The node's Celery workers are members too and take no lock: they read and unlink blobs of
+journal rows they hold a lease on (and of this node's expired uploads), run the node's cache
+chores under the cache's own byte-range locks (``cache/locks``, shared with the gateway's
+processes), and never touch ``tmp/``, ``metrics/`` or run recovery.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ _COUNTERS = (
 CACHE_OUTCOMES = ("hit", "miss", "stale", "bypass")
 
 
+Samples = dict[str, list[tuple[dict[str, str], float]]]  # metrics.samples: name -> (labels, value)
+
 def catalog_collector(container: Container) -> metrics.CatalogCollector:
     """The process's one collector of catalog gauges, shared by /metrics and /admin/stats so both
     reuse one set of aggregate queries per couple of seconds."""
@@ -66,45 +68,14 @@ def stats_document(container: Container) -> dict[str, Any]:
     except Exception:
         node, catalog_ok = metrics.NodeStats(), False
     s = metrics.samples(_COUNTERS)
-    http_by_op = _sum_by(s["ferry_http_requests_total"], "operation")
-    http_by_outcome = _sum_by(s["ferry_http_requests_total"], "outcome")
-    bytes_in = _sum_by(s["ferry_http_request_bytes_total"], "operation")
-    bytes_out = _sum_by(s["ferry_http_response_bytes_total"], "operation")
-    cache_outcomes = _sum_by(s["ferry_cache_requests_total"], "outcome")
-    by_bucket: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: dict.fromkeys(CACHE_OUTCOMES, 0.0))
-    for labels, value in s["ferry_cache_requests_total"]:
-        counts = by_bucket[(labels.get("bucket", ""), labels.get("tenant", ""))]
-        outcome = labels.get("outcome", "")
-        counts[outcome] = counts.get(outcome, 0.0) + value
     remote = _sum_by(s["ferry_remote_requests_total"], "outcome")
-    names = {t.tenant: t.name for t in node.tenants}
     settings = container.settings
     return {
         "time": time.time(),
         "node_id": settings.node_id,
         "catalog_ok": catalog_ok,
-        "requests": {
-            "total": sum(http_by_op.values()),
-            "errors": http_by_outcome.get("error", 0.0),
-            "client_errors": http_by_outcome.get("client_error", 0.0),
-            "bytes_in": sum(bytes_in.values()),
-            "bytes_out": sum(bytes_out.values()),
-            "by_operation": {op: {"requests": n, "bytes_in": bytes_in.get(op, 0.0), "bytes_out": bytes_out.get(op, 0.0)}
-                             for op, n in sorted(http_by_op.items())},
-            "by_outcome": dict(http_by_outcome),
-        },
-        "cache": {
-            "outcomes": {o: cache_outcomes.get(o, 0.0) for o in CACHE_OUTCOMES},
-            "by_bucket": [{"bucket": b, "tenant": t, "tenant_name": names.get(t, ""), **counts}
-                          for (b, t), counts in sorted(by_bucket.items())],
-            "tenants": [{"tenant": t.tenant, "name": t.name, "cached_bytes": t.cached_bytes,
-                         "pinned_bytes": t.pinned_bytes, "entries": t.entries, "quota_bytes": t.quota_bytes}
-                        for t in node.tenants],
-            "cached_bytes": node.cached_bytes,
-            "pinned_bytes": node.pinned_bytes,
-            "budget_bytes": settings.cache_bytes,
-            "evictions": sum(v for _, v in s["ferry_cache_evictions_total"]),
-        },
+        "requests": _requests(s),
+        "cache": _cache(s, node, settings.cache_bytes),
         "writes": {
             "dirty_bytes": node.dirty_bytes,
             "multipart_bytes": node.multipart_bytes,
@@ -124,6 +95,47 @@ def stats_document(container: Container) -> dict[str, Any]:
             "errors": remote.get("server_error", 0.0) + remote.get("network", 0.0),
         },
         "staging_jobs": _staging_jobs(collector),
+    }
+
+
+def _requests(s: Samples) -> dict[str, Any]:
+    """The HTTP section: totals, and requests and bytes per S3 operation."""
+    http_by_op = _sum_by(s["ferry_http_requests_total"], "operation")
+    http_by_outcome = _sum_by(s["ferry_http_requests_total"], "outcome")
+    bytes_in = _sum_by(s["ferry_http_request_bytes_total"], "operation")
+    bytes_out = _sum_by(s["ferry_http_response_bytes_total"], "operation")
+    return {
+        "total": sum(http_by_op.values()),
+        "errors": http_by_outcome.get("error", 0.0),
+        "client_errors": http_by_outcome.get("client_error", 0.0),
+        "bytes_in": sum(bytes_in.values()),
+        "bytes_out": sum(bytes_out.values()),
+        "by_operation": {op: {"requests": n, "bytes_in": bytes_in.get(op, 0.0), "bytes_out": bytes_out.get(op, 0.0)}
+                         for op, n in sorted(http_by_op.items())},
+        "by_outcome": dict(http_by_outcome),
+    }
+
+
+def _cache(s: Samples, node: metrics.NodeStats, budget_bytes: int) -> dict[str, Any]:
+    """The cache section: outcomes overall and per (bucket, tenant), usage per tenant."""
+    cache_outcomes = _sum_by(s["ferry_cache_requests_total"], "outcome")
+    by_bucket: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: dict.fromkeys(CACHE_OUTCOMES, 0.0))
+    for labels, value in s["ferry_cache_requests_total"]:
+        counts = by_bucket[(labels.get("bucket", ""), labels.get("tenant", ""))]
+        outcome = labels.get("outcome", "")
+        counts[outcome] = counts.get(outcome, 0.0) + value
+    names = {t.tenant: t.name for t in node.tenants}
+    return {
+        "outcomes": {o: cache_outcomes.get(o, 0.0) for o in CACHE_OUTCOMES},
+        "by_bucket": [{"bucket": b, "tenant": t, "tenant_name": names.get(t, ""), **counts}
+                      for (b, t), counts in sorted(by_bucket.items())],
+        "tenants": [{"tenant": t.tenant, "name": t.name, "cached_bytes": t.cached_bytes,
+                     "pinned_bytes": t.pinned_bytes, "entries": t.entries, "quota_bytes": t.quota_bytes}
+                    for t in node.tenants],
+        "cached_bytes": node.cached_bytes,
+        "pinned_bytes": node.pinned_bytes,
+        "budget_bytes": budget_bytes,
+        "evictions": sum(v for _, v in s["ferry_cache_evictions_total"]),
     }
 
 

@@ -17,10 +17,8 @@ class BucketsService(GatewayCore):
     """Bucket operations."""
 
     async def list_buckets(self, tenant_id: int | None = None) -> list[BucketInfo]:
-        """The remote's buckets that this tenant owns (all of them without tenancy)."""
+        """The remote's buckets that this tenant owns (all of them with shared tenancy)."""
         buckets = await self._run(self.remote.list_buckets)
-        if self.tenancy is None:
-            return buckets
         visible = await self.tenancy.visible(tenant_id, [b.name for b in buckets])
         return [b for b in buckets if b.name in visible]
 
@@ -37,8 +35,7 @@ class BucketsService(GatewayCore):
                 raise
             await self._run(self.remote.head_bucket, bucket)
             fresh = False
-        if self.tenancy is not None:
-            await self.tenancy.created(tenant_id, bucket, fresh=fresh)
+        await self.tenancy.created(tenant_id, bucket, fresh=fresh)
         self._known_buckets[bucket] = time.monotonic()
 
     async def head_bucket(self, bucket: str) -> None:
@@ -49,16 +46,13 @@ class BucketsService(GatewayCore):
         self._known_buckets.pop(bucket, None)
         if await self._run(self.catalog.list_uploads, bucket, "", None, 1):
             raise S3Error("BucketNotEmpty", BucketName=bucket)
-        if self.journal is not None:
-            await self._settle_pending_deletes(bucket)
+        await self._settle_pending_deletes(bucket)
         await self._run(self.remote.delete_bucket, bucket)
-        if self.tenancy is not None:
-            await self.tenancy.deleted(bucket)
+        await self.tenancy.deleted(bucket)
 
     async def _settle_pending_deletes(self, bucket: str) -> None:
         """Before DeleteBucket: a bucket whose only buffered rows are deletes is empty once they
         reach the remote, so destage them now; a buffered put means BucketNotEmpty."""
-        assert self.journal is not None
         deadline = time.monotonic() + 30
         while True:
             rows = await self._run(self.journal.dirty_under, bucket, "", None, 1000)
@@ -66,9 +60,8 @@ class BucketsService(GatewayCore):
                 return
             if any(not r.is_delete for r in rows) or time.monotonic() > deadline:
                 raise S3Error("BucketNotEmpty", BucketName=bucket)
-            if self.destager is not None:
-                for row in rows:
-                    await self._run(self.destager.destage, row.seq)
+            for row in rows:
+                await self._run(self.destager.destage, row.seq)
             await asyncio.sleep(0.1)
 
     async def bucket_location(self, bucket: str) -> str | None:

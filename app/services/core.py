@@ -45,16 +45,16 @@ class GatewayCore:
     """What every capability shares: collaborators, the write mode, backpressure, the thread limiter."""
 
     def __init__(self, catalog: UploadsPort, blobs: BlobPort, remote: RemotePort, *,
+                 journal: JournalPort, executor: Executor, destager: Destager, cache: ReadCache,
+                 policies: PolicyBook, tenancy: Tenancy,
                  region: str = "us-east-1", thread_limit: int = 64,
-                 part_concurrency: int = 8, journal: JournalPort | None = None,
-                 executor: Executor | None = None, mode: str = "write-through",
-                 buffer_bytes: int = 64 * 1024**3, destager: Destager | None = None,
-                 cache: ReadCache | None = None, policies: PolicyBook | None = None,
+                 part_concurrency: int = 8, mode: str = "write-through",
+                 buffer_bytes: int = 64 * 1024**3,
                  inline_lookups: bool = False, eager_parts: bool = True,
-                 part_copies: PartCopies | None = None, tenancy: Tenancy | None = None,
+                 part_copies: PartCopies | None = None,
                  budget: WriteBudget | None = None, disk: DiskReserve | None = None) -> None:
         self.catalog = catalog
-        self.tenancy = tenancy  # bucket ownership; None: every tenant reaches every bucket
+        self.tenancy = tenancy  # bucket ownership (Tenancy(shared=True) lets everyone in)
         self.blobs = blobs
         self.remote = remote
         self.region = region
@@ -93,18 +93,16 @@ class GatewayCore:
         except S3Error as err:
             # Remote unreachable (e.g. just after a restart during an outage): a bucket the
             # journal has written to before is known to exist, so writes go on.
-            if err.status < 500 or self.journal is None or not await self._run(self.journal.has_bucket, bucket):
+            if err.status < 500 or not await self._run(self.journal.has_bucket, bucket):
                 raise
         self._known_buckets[bucket] = time.monotonic()
 
     @property
     def write_back(self) -> bool:
         """Whether the node-wide default mode buffers writes (policies may differ per key)."""
-        return self.mode == "write-back" and self.journal is not None and self.executor is not None
+        return self.mode == "write-back"
 
     def policy(self, bucket: str, key: str = "") -> Policy:
-        if self.policies is None:
-            return Policy(mode=self.mode)
         return self.policies.for_key(bucket, key)
 
     def _mode_for(self, bucket: str, key: str) -> WriteMode:
@@ -112,36 +110,30 @@ class GatewayCore:
         through; a read-only mapping refuses it."""
         policy = self.policy(bucket, key)
         policy.refuse_write(bucket)
-        buffered = policy.mode == "write-back" and self.journal is not None and self.executor is not None
-        return self._buffered if buffered else self._through
+        return self._buffered if policy.mode == "write-back" else self._through
 
     async def _written(self, bucket: str, key: str) -> None:
         """After a write is accepted: no cached copy of the old version is served again."""
-        if self.cache is not None:
-            await self.cache.invalidate(bucket, key)
+        await self.cache.invalidate(bucket, key)
 
     def _submit(self, row: VersionRow) -> None:
-        assert self.executor is not None
         self.executor.submit(row.seq)
 
     async def _behind_backlog(self, bucket: str, key: str) -> bool:
         """Whether a write in write-through (or bypass) mode must be journaled instead: the key
         still has rows not on the remote, and a write sent around them would be overwritten (or
         undone) by their destage, and reads would serve the older row meanwhile."""
-        if self.journal is None or self.executor is None:
-            return False
         return await self._run(self.journal.has_dirty, bucket, key)
 
     async def _destage_now(self, row: VersionRow) -> None:
         """A write-through write journaled behind a backlog: destage it before answering when it
         can go now. The older rows are superseded by it; if one is still being uploaded, or the
         remote fails, the row stays buffered (acknowledged) and the executor sends it later."""
-        if self.destager is not None:
-            try:
-                if await self._run(self.destager.destage, row.seq) == "durable":
-                    return
-            except Exception:  # the row is committed: the write stands, the executor retries it
-                log.warning("inline destage of seq %s failed", row.seq, exc_info=True)
+        try:
+            if await self._run(self.destager.destage, row.seq) == "durable":
+                return
+        except Exception:  # the row is committed: the write stands, the executor retries it
+            log.warning("inline destage of seq %s failed", row.seq, exc_info=True)
         self._submit(row)
 
     async def _reserve(self, size: int | None, write_back: bool = True) -> Reservation:
@@ -150,7 +142,7 @@ class GatewayCore:
         want = size or 0
         if self.disk is not None and self.disk.spare() < self.budget.reserved + want:
             raise slow_down("The data directory's disk is nearly full; retry later.")
-        if not write_back or self.journal is None:
+        if not write_back:
             return NO_RESERVATION
         dirty = await self._dirty_bytes()
         return self.budget.admit(want, dirty, CURRENT_TENANT.get())
@@ -164,7 +156,6 @@ class GatewayCore:
         exactly in ``budget.reserved``."""
         now = time.monotonic()
         if now - self._dirty_read_at > 0.2:
-            assert self.journal is not None
             self._dirty_cached = await self._run(self.journal.dirty_bytes)
             self._dirty_read_at = now
         return self._dirty_cached

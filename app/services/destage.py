@@ -158,10 +158,9 @@ class Destager:
     def __init__(self, journal: JournalPort, store: BlobPort, remote: RemotePort, *, lease_seconds: float = 30.0,
                  max_attempts: int = 12, part_concurrency: int = 8, backoff_base: float = 1.0,
                  backoff_cap: float = 300.0, on_outcome: Callable[[str, VersionRow], None] | None = None,
-                 part_copies: PartCopies | None = None, invalidate_cache: bool = True) -> None:
+                 part_copies: PartCopies | None = None) -> None:
         self.journal = journal
         # Durability invalidates the key's cache entries in the same commit (see mark_durable).
-        self.invalidate_cache = invalidate_cache
         self.store = store
         self.remote = remote
         self.lease_seconds = lease_seconds
@@ -213,7 +212,7 @@ class Destager:
             return self._lost_after_write(row)
         # row.generation is still the claim's: the CAS fails if the row was taken over meanwhile.
         self._intend_drop(row)
-        if self.journal.mark_durable(row, remote_etag, None, invalidate_cache=self.invalidate_cache):
+        if self.journal.mark_durable(row, remote_etag, None, invalidate_cache=True):
             self._drop_blobs(row)
             return self._done("durable", row)
         self._keep_blobs(row)

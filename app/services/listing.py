@@ -35,7 +35,7 @@ class ListingService(GatewayCore):
         # Local rows first, then the remote: a row that turns durable in between is then seen on
         # one side or both (merged), never on neither.
         fetch = max_keys + 1
-        local = await self._run(self.journal.dirty_under, bucket, prefix, start_after, fetch) if self.journal else []
+        local = await self._run(self.journal.dirty_under, bucket, prefix, start_after, fetch)
         page = await self._run(self.remote.list_objects, bucket, prefix, delimiter, start_after, max_keys)
         if marker:
             page.common_prefixes = [p for p in page.common_prefixes if p > marker]

@@ -35,7 +35,7 @@ class ReadsService(GatewayCore):
         row, entry = await self._lookup(bucket, key, policy)
         if row is not None:
             return _local_meta(row)
-        if self.cache is not None and policy.caches:
+        if policy.caches:
             return await self.cache.head(bucket, key, policy, tenant_id, entry)  # entry None: known absent
         return await self._run(self.remote.head_object, bucket, key)
 
@@ -69,8 +69,8 @@ class ReadsService(GatewayCore):
     def _local_state(self, bucket: str, key: str, policy: Policy) -> tuple[VersionRow | None, Any]:
         """The key's newest buffered version and its cache entry, in one thread hop: both are
         point lookups, and on a hit the hop costs more than the queries."""
-        row = self.journal.latest_dirty(bucket, key) if self.journal is not None else None
-        if row is not None or self.cache is None or not policy.caches:
+        row = self.journal.latest_dirty(bucket, key)
+        if row is not None or not policy.caches:
             return row, None
         return None, self.cache.index.get(bucket, key)
 
@@ -90,13 +90,13 @@ class ReadsService(GatewayCore):
             if local is not None:
                 return local
             entry = None  # destaged meanwhile: look the cache up again
-        if self.cache is not None and policy.caches:
+        if policy.caches:
             cached = await self.cache.read(bucket, key, rng.header, rng.resolve, policy, tenant_id,
                                            entry if row is None else LOOKUP, file_ranges=file_ranges,
                                            conditions=conditions)
             if cached is not None:
                 return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files)
-        elif self.cache is not None:
+        else:
             metrics.cache_outcome("bypass", bucket, tenant_id)
         return await self._get_remote(bucket, key, rng)
 
@@ -104,7 +104,7 @@ class ReadsService(GatewayCore):
         """Staging: cache every block of the object now; returns the bytes fetched (0 if fresh)."""
         validate_key(key)
         policy = self.policy(bucket, key)
-        if self.cache is None or not policy.caches:
+        if not policy.caches:
             return 0
         return await self.cache.warm(bucket, key, policy, tenant_id)
 

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio.to_thread
 
@@ -30,11 +29,11 @@ Warm = Callable[[str, str, int | None], Awaitable[int]]
 
 
 class StagingRunner:
-    def __init__(self, repo: StagingRepo, remote: RemoteStore, gateway: Any, node_id: str, *,
+    def __init__(self, repo: StagingRepo, remote: RemoteStore, warm: Warm, node_id: str, *,
                  concurrency: int = 8, persist_interval: float = 0.5, page_size: int = 1000) -> None:
         self.repo = repo
         self.remote = remote
-        self.gateway = gateway
+        self.warm = warm  # Gateway.warm_object: this node's read cache
         self.node_id = node_id
         self.concurrency = concurrency
         self.persist_interval = persist_interval
@@ -79,11 +78,7 @@ class StagingRunner:
         try:
             if not await anyio.to_thread.run_sync(self.repo.mark_running, job.id):
                 return  # cancelled before it started
-            warm: Warm | None = getattr(self.gateway, "warm_object", None)
-            if warm is None:
-                await self._finish(job.id, "failed", progress, "the read cache is not available in this build")
-                return
-            work = asyncio.create_task(self._work(job, warm, progress, errors))
+            work = asyncio.create_task(self._work(job, self.warm, progress, errors))
             try:
                 while True:
                     done, _ = await asyncio.wait({work}, timeout=self.persist_interval)

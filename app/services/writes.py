@@ -61,7 +61,6 @@ class WritesService(GatewayCore):
         """fsync the body into the store, commit its journal row, hand it to the executor
         (unless ``submit`` is False: the caller destages it itself)."""
         journal = self.journal
-        assert journal is not None
 
         def commit() -> VersionRow:  # one thread hop for both fsyncs (body, then journal)
             blob = self.blobs.commit(received.staging)
@@ -70,7 +69,7 @@ class WritesService(GatewayCore):
                 row = journal.append_put(
                     bucket, key, piece.size, piece.etag, [piece], multipart=False, content_headers=content_headers,
                     metadata=metadata, checksums=received.checksums, checksum_algorithm=None, tenant_id=tenant_id,
-                    invalidate_cache=self.cache is not None)
+                    invalidate_cache=True)
             except BaseException:
                 self.blobs.delete(blob)
                 raise
@@ -137,9 +136,8 @@ class WritesService(GatewayCore):
         return await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
 
     async def _journal_delete(self, bucket: str, key: str) -> VersionRow:
-        assert self.journal is not None
         return await self._run(functools.partial(self.journal.append_delete, bucket, key, None,
-                                                 invalidate_cache=self.cache is not None))
+                                                 invalidate_cache=True))
 
     async def delete_object(self, bucket: str, key: str) -> None:
         validate_key(key)

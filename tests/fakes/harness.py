@@ -1,8 +1,7 @@
-"""The write, read, listing and destage services wired on a fake remote, a real SQLite journal
-and a real blob store in a temporary directory: what ``bootstrap.build`` does, minus the
-network and the workers (and the read cache unless ``cache_block`` is given: then a real
-``ReadCache`` over a real SQLite cache index and block store). The test drives the destage
-itself (``destage_all``)."""
+"""The write, read, listing and destage services wired on a fake remote, a real SQLite journal,
+read cache, policies and tenancy, and a real blob store in a temporary directory: what
+``bootstrap.build`` does, minus the network and the workers. The test drives the destage itself
+(``destage_all``)."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.migrate import upgrade
+from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.repo import Catalog
 from app.domain.policy import Policy
@@ -27,6 +27,7 @@ from app.services.cache.fill import RemoteBlockSource
 from app.services.destage import Destager
 from app.services.gateway import Gateway
 from app.services.policies import PolicyBook
+from app.services.tenancy import Tenancy
 from tests.fakes.remote import InMemoryRemote
 
 
@@ -48,7 +49,7 @@ class Services:
     destager: Destager
     executor: QueueExecutor
     remote: InMemoryRemote
-    cache: ReadCache | None = None
+    cache: ReadCache
 
     def destage_all(self) -> list[str]:
         """Destage every queued row once, in order; returns the outcomes."""
@@ -85,16 +86,15 @@ def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back",
     engine = make_engine(url)
     journal = Journal(engine, "unit")
     blobs = BlobStore(tmp_path / "data", fsync=False)
-    destager = Destager(journal, blobs, remote, backoff_base=0.0, backoff_cap=0.0, invalidate_cache=False)
+    destager = Destager(journal, blobs, remote, backoff_base=0.0, backoff_cap=0.0)
     executor = QueueExecutor()
-    cache = policies = None
-    if cache_block is not None:
-        policies = PolicyBook(PolicyRepo(engine), Policy(mode=mode))
-        cache = ReadCache(CacheIndex(engine, "unit"), CacheStore(tmp_path / "data"), remote, policies,
-                          source=RemoteBlockSource(remote), disk=DiskReserve(tmp_path, 0, 0.0),
-                          dirty_bytes=journal.dirty_bytes, block_size=cache_block)
+    policies = PolicyBook(PolicyRepo(engine), Policy(mode=mode))
+    cache = ReadCache(CacheIndex(engine, "unit"), CacheStore(tmp_path / "data"), remote, policies,
+                      source=RemoteBlockSource(remote), disk=DiskReserve(tmp_path, 0, 0.0),
+                      dirty_bytes=journal.dirty_bytes, **({"block_size": cache_block} if cache_block else {}))
     gateway = Gateway(Catalog(engine, "unit"), blobs, remote, journal=journal, executor=executor, mode=mode,
-                      destager=destager, inline_lookups=True, eager_parts=False, cache=cache, policies=policies)
+                      destager=destager, cache=cache, policies=policies, inline_lookups=True, eager_parts=False,
+                      tenancy=Tenancy(OwnerRepo(engine, "default"), remote, shared=True))
     return Services(gateway, journal, blobs, destager, executor, remote, cache)
 
 

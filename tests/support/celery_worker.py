@@ -5,7 +5,8 @@
     worker.kill(); worker.start()       # kill -9 and restart
 
 It runs ``celery -A workers.celery_app worker --pool threads -c 4 -B`` from the project root, so
-it consumes the node's own queue (``ferry.<FERRY_NODE_ID>``) and runs the beat sweeper.
+it consumes the node's own queue (``ferry.<FERRY_NODE_ID>``) and the shared one (``ferry.shared``),
+and runs the node's beat (every chore of ``app/services/chores.py`` but the per-process ones).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ CELERY = str(Path(sys.executable).with_name("celery"))
 
 class CeleryWorker:
     def __init__(self, gateway: Any, *, concurrency: int = 4, beat: bool = True,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, queues: list[str] | None = None) -> None:
         self.gateway = gateway
         self.concurrency = concurrency
         self.beat = beat
+        self.queues = queues  # None: the node's queue and the shared one (the default)
         self.extra_env = env or {}
         self.data_dir: Path = gateway.data_dir
         self.log_path = self.data_dir / "celery.log"
@@ -49,6 +51,8 @@ class CeleryWorker:
         cmd = [CELERY, "-A", "workers.celery_app", "worker", "-l", "info", "--pool", "threads",
                "-c", str(self.concurrency), "-n", f"ferry-{self.node_id}@%h",
                "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        if self.queues:
+            cmd += ["-Q", ",".join(self.queues)]
         if self.beat:
             cmd += ["-B", "-s", str(self.data_dir / "celerybeat-schedule")]
         return cmd

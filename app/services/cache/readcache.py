@@ -36,7 +36,7 @@ from app.domain.states import CacheState
 from app.services.cache.discovery import Discovery, first_byte_of
 from app.services.cache.eviction import Eviction
 from app.services.cache.fill import Fill, Filling
-from app.services.cache.orphans import ORPHAN_SWEEP_SECONDS, Orphans
+from app.services.cache.orphans import Orphans
 from app.services.cache.revalidation import Revalidation
 from app.services.cache.serve import Serving
 
@@ -45,7 +45,6 @@ log = logging.getLogger("ferry.cache")
 LOOKUP = object()  # "look the entry up" (as opposed to a known entry, or a known absence)
 TOMBSTONE_SECONDS = 3600.0
 SEEN_SECONDS = 86400.0
-SCRUB_EVERY = 10  # upkeep passes (seconds) between scrub calls: at most ~3 MiB/s of reads
 
 
 @dataclass
@@ -198,29 +197,6 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
 
     async def start(self) -> None:
         await self._run(self.store.clear_stale_tmp, 600.0)
-        self._tasks.append(asyncio.ensure_future(self._upkeep()))
-
-    async def _upkeep(self) -> None:
-        last_revalidation = time.monotonic()
-        next_sweep = time.monotonic() + 60.0
-        passes = 0
-        while True:
-            await asyncio.sleep(1.0)
-            passes += 1
-            try:
-                # Limits are summed over the whole index: every few seconds is enough, since
-                # fills also trigger a check once they add 1% of the budget.
-                await self._run(self.janitor_pass, passes % 3 == 0)
-                if self.revalidate_interval and time.monotonic() - last_revalidation >= self.revalidate_interval:
-                    last_revalidation = time.monotonic()
-                    await self._run(self.revalidate_all)
-                if time.monotonic() >= next_sweep:
-                    next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
-                    await self._run(self.sweep_orphans)
-                if passes % SCRUB_EVERY == 0:
-                    await self._run(self.scrub.run)
-            except Exception:
-                log.exception("cache upkeep failed")
 
     async def stop(self) -> None:
         for task in list(self._tasks):
