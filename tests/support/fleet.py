@@ -69,7 +69,7 @@ class Fleet:
         return self
 
     def start_node(self, i: int) -> None:
-        self.nodes[i].start()
+        self.nodes[i].start(timeout=90)
         worker = self.celery[i]
         if worker is not None:
             worker.start()
