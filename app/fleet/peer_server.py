@@ -52,7 +52,7 @@ class PeerServer:
             return
         body_sha256 = await _body_sha256(receive)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        path = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         query = scope.get("query_string", b"").decode("latin-1")
         if body_sha256 is None or not auth.verify(self.secret, scope["method"], path, query, headers, body_sha256,
                                                   self.skew):
