@@ -148,9 +148,13 @@ class BlobPort(Protocol):
 
 
 class BlockSource(Protocol):
-    """Where a cache fill gets a block's bytes: one seam, so a fleet node can read a block from the
-    peer that owns it instead of the remote. ``app/services/cache/fill.RemoteBlockSource`` is the
-    default. The answer holds exactly bytes ``first..last`` of version ``etag``, or the call raises
-    ``S3Error`` (``PreconditionFailed`` when the object is no longer that version)."""
+    """Where the read cache gets a block's bytes and a discovery its first GET: one seam, so a fleet
+    node reads a block from the peer that owns it instead of the remote
+    (``app/fleet/peer_client.PeerBlockSource``, which falls back to the remote itself).
+    ``app/services/cache/fill.RemoteBlockSource`` is the default. ``open_range`` answers exactly
+    bytes ``first..last`` of version ``etag``, or raises ``S3Error`` (``PreconditionFailed`` when
+    the object is no longer that version); ``get_object`` has the remote's shape."""
 
     def open_range(self, bucket: str, key: str, etag: str, first: int, last: int) -> BinaryIO: ...
+    def get_object(self, bucket: str, key: str, byte_range: str | None = None,
+                   if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]: ...

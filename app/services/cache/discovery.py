@@ -159,15 +159,15 @@ class Discovery(CacheBase):
         first block of that stream and drops the connection if the object is larger.
         """
         if whole:
-            return await self._run(self.remote.get_object, bucket, key, None)
+            return await self._run(self.source.get_object, bucket, key, None)
         first = index * self.block_size
         try:
-            return await self._run(self.remote.get_object, bucket, key, f"bytes={first}-{first + self.block_size - 1}")
+            return await self._run(self.source.get_object, bucket, key, f"bytes={first}-{first + self.block_size - 1}")
         except S3Error as err:
             if err.code != "InvalidRange":
                 raise
         # Empty object, or a range past the end: the whole object tells its size.
-        meta, body = await self._run(self.remote.get_object, bucket, key, None)
+        meta, body = await self._run(self.source.get_object, bucket, key, None)
         if meta.size > self.block_size:
             body.close()
             return meta, None

@@ -32,7 +32,7 @@ from app.adapters.catalog.cache_index import Entry
 from app.adapters.remote import read_available
 from app.domain.checksums import new_checksum, whole_object_checksum
 from app.domain.errors import S3Error
-from app.domain.objects import FileRange
+from app.domain.objects import FileRange, ObjectMeta
 from app.domain.states import CacheState
 from app.services.cache.base import CacheBase
 from app.services.cache.recording import PendingEntry, Recording, row_id
@@ -140,6 +140,10 @@ class RemoteBlockSource:
     def open_range(self, bucket: str, key: str, etag: str, first: int, last: int) -> BinaryIO:
         _, body = self.remote.get_object(bucket, key, f"bytes={first}-{last}", if_match=etag)
         return body
+
+    def get_object(self, bucket: str, key: str, byte_range: str | None = None,
+                   if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:
+        return self.remote.get_object(bucket, key, byte_range, if_match=if_match)
 
 
 @dataclass
