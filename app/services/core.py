@@ -32,7 +32,7 @@ from app.services.destage import Destager
 from app.services.executor import Executor
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
-from app.services.ports import BlobPort, JournalPort, RemotePort, UploadsPort
+from app.services.ports import BlobPort, JournalPort, PeerVersions, RemotePort, UploadsPort
 from app.services.readcache import ReadCache
 from app.services.tenancy import Tenancy
 from app.services.writemode import WriteBack, WriteMode, WriteThrough
@@ -52,7 +52,8 @@ class GatewayCore:
                  cache: ReadCache | None = None, policies: PolicyBook | None = None,
                  inline_lookups: bool = False, eager_parts: bool = True,
                  part_copies: PartCopies | None = None, tenancy: Tenancy | None = None,
-                 budget: WriteBudget | None = None, disk: DiskReserve | None = None) -> None:
+                 budget: WriteBudget | None = None, disk: DiskReserve | None = None,
+                 peers: PeerVersions | None = None) -> None:
         self.catalog = catalog
         self.tenancy = tenancy  # bucket ownership; None: every tenant reaches every bucket
         self.blobs = blobs
@@ -76,6 +77,8 @@ class GatewayCore:
         self._ahead_limiter = anyio.CapacityLimiter(part_concurrency)
         self.budget = budget or WriteBudget(buffer_bytes)  # bodies being received by this process
         self.disk = disk  # the data directory's free space, when budgeted against it
+        # Fleet mode: other nodes' buffered writes are read from them (None: every row is ours).
+        self.peers = peers
         self._dirty_cached = 0  # the journal's dirty bytes as last read (see _dirty_bytes)
         self._dirty_read_at = -1.0
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it

@@ -8,6 +8,7 @@ Blocking methods: the services call them in threads.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -144,3 +145,23 @@ class BlobPort(Protocol):
     def settle(self, blob_id: str) -> None: ...
     def discard(self, staging: Any) -> None: ...
     def delete(self, blob_id: str) -> None: ...
+
+
+class PeerBody(Protocol):
+    """An open answer of another node: its bytes, and how to let go of the connection."""
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+    def close(self) -> None: ...
+
+
+class PeerVersions(Protocol):
+    """Buffered versions whose bytes are on another node of the fleet (its internal endpoint).
+
+    ``open`` asks ``row.node_id`` for bytes ``first..last`` of the row's blobs. It answers None
+    when that node no longer holds the row (destaged and dropped, or taken over), and raises
+    ``S3Error('ServiceUnavailable')`` when the node is gone or unreachable: a reader must then
+    never be served an older version from the remote instead."""
+
+    node_id: str
+
+    async def open(self, row: VersionRow, first: int, last: int) -> PeerBody | None: ...
