@@ -22,6 +22,7 @@ from app.adapters.catalog.journal_queries import JournalQueries
 from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.remotes import RemoteRepo
+from app.adapters.catalog.replicas import ReplicaRepo
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.staging import StagingRepo
 from app.adapters.catalog.stats import CatalogStats
@@ -38,6 +39,7 @@ from app.services.gateway import Gateway
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
 from app.services.readcache import ReadCache
+from app.services.replicas import ReplicaKeeper
 from app.services.staging import StagingRunner
 from app.services.tenancy import Tenancy
 from app.services.upload_expiry import UploadExpiry
@@ -78,6 +80,7 @@ class Container:
     staging: StagingRunner  # the admin API's warm-up jobs
     upload_expiry: UploadExpiry  # run by the journal sweeper (in-process or beat)
     admin: AdminParts
+    replicas: ReplicaKeeper | None = None  # fleet: copies of other nodes' writes, takeover (sweeper)
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
@@ -180,6 +183,14 @@ def make_admin_parts(settings: Settings, engine: Engine, staging: StagingRepo, j
                       durability=Durability(journal, executor))
 
 
+def make_replicas(settings: Settings, engine: Engine, blobs: BlobStore,
+                  executor: EmbeddedExecutor | CeleryExecutor) -> ReplicaKeeper | None:
+    """Only a shared catalog has other nodes whose writes this one may hold or take over."""
+    if engine.dialect.name == "sqlite":
+        return None
+    return ReplicaKeeper(ReplicaRepo(engine, settings.node_id), blobs, executor.submit, settings.node_stale_seconds)
+
+
 def build(settings: Settings) -> Container:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
@@ -207,9 +218,12 @@ def build(settings: Settings) -> Container:
     staging_repo = StagingRepo(engine)
     staging = StagingRunner(staging_repo, remote, gateway, settings.node_id)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
+    replicas = make_replicas(settings, engine, blobs, executor)
     if isinstance(executor, EmbeddedExecutor):
         executor.chores.append(expiry.sweep)
+        if replicas is not None:
+            executor.chores.append(replicas.sweep)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
                      policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
-                     upload_expiry=expiry,
+                     upload_expiry=expiry, replicas=replicas,
                      admin=make_admin_parts(settings, engine, staging_repo, journal, executor))

@@ -34,6 +34,8 @@ def sweep() -> int:
         destage.delay(seq)
     if c.upload_expiry is not None:  # abandoned multipart uploads of this node
         c.upload_expiry.sweep()
+    if c.replicas is not None:  # take over lost nodes' writes this node holds copies of
+        c.replicas.sweep()
     return len(due)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import errno
 import functools
@@ -17,7 +18,7 @@ import anyio.to_thread
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.policy import Policy
-from app.domain.versions import VersionRow
+from app.domain.versions import BlobRef, Replica, VersionRow
 from app.services.bodies import (
     BUCKET_TRUST_SECONDS,
     INLINE_BODY,
@@ -122,6 +123,30 @@ class GatewayCore:
         """After a write is accepted: no cached copy of the old version is served again."""
         if self.cache is not None:
             await self.cache.invalidate(bucket, key)
+
+    async def _replicate(self, bucket: str, key: str, pieces: list[BlobRef]) -> Replica | None:
+        """Fleet, ``write_replicas: 2``: a second live node holds the pieces durably before the
+        row commits (and so before the answer). No node to take them: 503 SlowDown, nothing
+        committed. Embedded mode has no second node: the policy has no effect there."""
+        if self.peers is None or self.policy(bucket, key).write_replicas < 2:
+            return None
+        return await self.peers.replicate(pieces, self.blobs.path)
+
+    async def accept_replica(self, body: BodyStream, size: int, md5_hex: str) -> str:
+        """The internal endpoint's side of ``_replicate``: one piece, received, checked against
+        its MD5 and fsynced here; returns its blob id on this node. The blob keeps its intent
+        record (``tmp/``) until the origin's row commits: a restart keeps it only if a replica
+        record names it (``Journal.blobs_referenced``)."""
+        try:
+            md5_b64 = base64.b64encode(bytes.fromhex(md5_hex)).decode()
+        except ValueError as exc:
+            raise S3Error("InvalidDigest") from exc
+        reserved = await self._reserve(size, write_back=False)  # the disk's reserve still applies
+        try:
+            received = await self.receive(body, ExpectedDigests(content_md5=md5_b64, declared_size=size), size)
+        finally:
+            self._release(reserved)
+        return await self._run(self.blobs.commit, received.staging)
 
     def _submit(self, row: VersionRow) -> None:
         assert self.executor is not None

@@ -8,14 +8,14 @@ Blocking methods: the services call them in threads.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes, PartInfo, UploadInfo
 from app.domain.uploads import CompletedUpload, UploadClaim
-from app.domain.versions import BlobRef, VersionRow
+from app.domain.versions import BlobRef, Replica, VersionRow
 
 
 class RemoteBuckets(Protocol):
@@ -72,7 +72,7 @@ class JournalWrites(Protocol):
                    multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
                    checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
                    complete_upload: UploadClaim | None = None, remote_upload_id: str | None = None,
-                   invalidate_cache: bool = False) -> VersionRow: ...
+                   invalidate_cache: bool = False, replica: Replica | None = None) -> VersionRow: ...
     def append_delete(self, bucket: str, key: str, tenant_id: int | None, *,
                       invalidate_cache: bool = False) -> VersionRow: ...
     def latest_dirty(self, bucket: str, key: str) -> VersionRow | None: ...
@@ -165,3 +165,8 @@ class PeerVersions(Protocol):
     node_id: str
 
     async def open(self, row: VersionRow, first: int, last: int) -> PeerBody | None: ...
+
+    async def replicate(self, pieces: list[BlobRef], path: Callable[[str], Path]) -> Replica:
+        """Copy the pieces (files at ``path(blob)``) to one other live node, which fsyncs them
+        before it answers; raises ``S3Error('SlowDown')`` when no live node takes them."""
+        ...
