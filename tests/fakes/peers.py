@@ -5,14 +5,15 @@ The HTTP transport (``app/fleet``) is tested against real ``ferry serve`` proces
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from app.domain.errors import S3Error
 from app.domain.ranges import RangeRequest
-from app.domain.versions import VersionRow
-from app.services.bodies import ObjectRead
+from app.domain.versions import BlobRef, Replica, VersionRow
+from app.services.bodies import ObjectRead, StreamBody
 
 
 @dataclass
@@ -41,3 +42,20 @@ class InProcessPeers:
             raise S3Error("ServiceUnavailable", f"node {row.node_id} is gone")
         read = await gateway.open_held_version(row.seq, RangeRequest.span(first, last))
         return HeldBody(read) if read is not None else None
+
+    async def replicate(self, pieces: list[BlobRef], path: Callable[[str], Path]) -> Replica:
+        """The first other node in the dict takes the copies; none: SlowDown."""
+        others = [n for n in self.nodes if n != self.node_id]
+        if not others:
+            raise S3Error("SlowDown", "no other live node can hold a replica")
+        target = others[0]
+        copies = []
+        for piece in pieces:
+            data = path(piece.blob).read_bytes()
+            blob = await self.nodes[target].accept_replica(StreamBody(_once(data)), piece.size, piece.etag)
+            copies.append(BlobRef(blob, piece.size, piece.etag, dict(piece.checksums), piece.number))
+        return Replica(target, copies)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data

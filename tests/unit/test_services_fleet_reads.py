@@ -5,17 +5,25 @@ from the node that holds it, and never an older one from the remote while that n
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine, text
 
 from app.adapters.blobstore import BlobStore
 from app.adapters.catalog.journal import Journal
+from app.adapters.catalog.nodes import NodeRegistry
+from app.adapters.catalog.policies import PolicyRepo
+from app.adapters.catalog.replicas import ReplicaRepo
 from app.adapters.catalog.repo import Catalog
 from app.domain.errors import S3Error
+from app.domain.policy import Policy, PolicyRule
 from app.domain.ranges import RangeRequest
 from app.services.destage import Destager
 from app.services.gateway import Gateway
+from app.services.policies import PolicyBook
+from app.services.replicas import ReplicaKeeper
 from tests.fakes.harness import QueueExecutor, Services, build, read_all
 from tests.fakes.peers import InProcessPeers
 from tests.fakes.remote import InMemoryRemote
@@ -117,3 +125,74 @@ def test_overwrites_from_two_nodes_keep_the_journal_order_everywhere(tmp_path: P
             assert await a.get("b", "k") == b"from-b"
 
         asyncio.run(scenario())
+
+
+# ------------------------------------------------------------------ write_replicas: 2
+
+
+def replicated(tmp_path: Path) -> tuple[Services, Services, InProcessPeers, InProcessPeers]:
+    a, b, peers_a, peers_b = fleet(tmp_path)
+    repo = PolicyRepo(a.journal.engine)
+    repo.upsert(PolicyRule(bucket="*", write_replicas=2))
+    for svc in (a, b):
+        svc.gateway.policies = PolicyBook(repo, Policy(mode="write-back"), refresh_seconds=0)
+    return a, b, peers_a, peers_b
+
+
+def test_a_replicated_write_is_taken_over_and_destaged_when_its_node_is_lost(tmp_path: Path) -> None:
+    a, b, _, peers_b = replicated(tmp_path)
+    engine = a.journal.engine
+    NodeRegistry(engine, "b", "test", "dir-b").register(30)  # only b heartbeats: node "unit" is lost
+    keeper_b = ReplicaKeeper(ReplicaRepo(engine, "b"), b.blobs, b.executor.submit, stale_after=30)
+    keeper_a = ReplicaKeeper(ReplicaRepo(engine, "unit"), a.blobs, a.executor.submit, stale_after=30)
+
+    async def scenario() -> None:
+        await a.put("b", "k", b"v1")
+        a.destage_all()  # the remote holds v1
+        assert keeper_b.sweep() == 0  # nothing dirty to take; v1's copy is dropped
+        await a.put("b", "k", b"v2-acknowledged")
+        assert ReplicaRepo(engine, "b").held() == 1  # committed with the row
+        del peers_b.nodes["unit"]
+        a.executor.queued.clear()  # node "unit" died before destaging it
+        assert keeper_a.sweep() == 0  # "unit" holds no copy of anything: takes nothing
+        assert keeper_b.sweep() == 1
+        row = b.journal.latest_dirty("b", "k")
+        assert row is not None and row.node_id == "b"
+        assert await b.get("b", "k") == b"v2-acknowledged"  # now served from b's copy
+        assert b.destage_all() == ["durable"]
+        assert b.remote.buckets["b"]["k"].data == b"v2-acknowledged"
+        assert ReplicaRepo(engine, "b").held() == 0
+
+    asyncio.run(scenario())
+
+
+def test_replicas_of_destaged_writes_are_dropped_and_a_write_without_a_second_node_is_refused(
+        tmp_path: Path) -> None:
+    a, b, peers_a, _ = replicated(tmp_path)
+    engine = a.journal.engine
+    for node in ("unit", "b"):
+        NodeRegistry(engine, node, "test", f"dir-{node}").register(30)
+    keeper_b = ReplicaKeeper(ReplicaRepo(engine, "b"), b.blobs, b.executor.submit, stale_after=30)
+
+    async def scenario() -> None:
+        await a.put("b", "k", b"v1")
+        copy = json.loads(replica_blobs(engine))[0][0]
+        assert b.blobs.path(copy).read_bytes() == b"v1"
+        assert keeper_b.sweep() == 0  # "unit" is alive: nothing is taken over
+        assert a.destage_all() == ["durable"]
+        keeper_b.sweep()
+        assert not b.blobs.path(copy).exists()  # the copy went with the row's destage
+        del peers_a.nodes["b"]  # no second node: the write is refused, nothing is committed
+        with pytest.raises(S3Error) as err:
+            await a.put("b", "k", b"v2")
+        assert err.value.code == "SlowDown"
+        assert a.journal.latest_dirty("b", "k") is None
+        assert await a.get("b", "k") == b"v1"
+
+    asyncio.run(scenario())
+
+
+def replica_blobs(engine: Engine) -> str:
+    with engine.connect() as conn:
+        return str(conn.execute(text("SELECT blobs_json FROM journal_replicas")).scalar_one())
+
