@@ -19,6 +19,7 @@ from app.adapters.catalog.cache_usage import CacheUsageQueries
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.journal_queries import JournalQueries
+from app.adapters.catalog.nodes import NodeDirectory
 from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.remotes import RemoteRepo
@@ -31,6 +32,9 @@ from app.adapters.catalog.tokens import TokenRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
+from app.fleet.membership import Membership
+from app.fleet.peer_client import PeerBlockSource
+from app.fleet.peer_server import PeerServer
 from app.services.budget import DiskReserve, WriteBudget
 from app.services.destage import Destager
 from app.services.durability import Durability
@@ -65,6 +69,17 @@ class AdminParts:
 
 
 @dataclass
+class FleetParts:
+    """Fleet mode (FERRY_FLEET_PORT): who is live, and the internal endpoint peers read from."""
+
+    membership: Membership
+    source: PeerBlockSource  # the read cache's block source: the owner, else the remote
+    server: PeerServer  # the internal endpoint's ASGI app (app/fleet/listener.py serves it)
+    host: str
+    port: int
+
+
+@dataclass
 class Container:
     settings: Settings
     catalog: Catalog
@@ -80,6 +95,7 @@ class Container:
     staging: StagingRunner  # the admin API's warm-up jobs
     upload_expiry: UploadExpiry  # run by the journal sweeper (in-process or beat)
     admin: AdminParts
+    fleet: FleetParts | None = None
     replicas: ReplicaKeeper | None = None  # fleet: copies of other nodes' writes, takeover (sweeper)
 
 
@@ -158,15 +174,32 @@ def seed_policies(repo: PolicyRepo, settings: Settings) -> None:
             pass  # another worker seeded it at the same moment
 
 
+def make_membership(settings: Settings, engine: Engine) -> Membership:
+    return Membership(NodeDirectory(engine), settings.node_id, settings.fleet_address,
+                      stale_after=settings.node_stale_seconds, refresh_every=settings.node_heartbeat_seconds)
+
+
+def make_fleet(settings: Settings, engine: Engine, remote: RemoteStore) -> tuple[Membership, PeerBlockSource] | None:
+    """The block source of fleet mode, or None for a node alone (no internal port)."""
+    if not settings.fleet_port:
+        return None
+    settings.require_fleet()
+    membership = make_membership(settings, engine)
+    source = PeerBlockSource(remote, membership, settings.fleet_secret or "", settings.cache_block_bytes,
+                             timeout=settings.fleet_peer_timeout)
+    return membership, source
+
+
 def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies: PolicyBook,
-               journal: Journal) -> ReadCache:
+               journal: Journal, source: PeerBlockSource | None = None) -> ReadCache:
     if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
         # Its own connections, which commit without the WAL fsync (see make_engine).
         engine = make_engine(settings.effective_database_url, synchronous="NORMAL")
     return ReadCache(CacheIndex(engine, settings.node_id), CacheStore(settings.data_dir), remote, policies,
                      block_size=settings.cache_block_bytes, fetch_concurrency=settings.cache_fetch_concurrency,
                      budget_bytes=settings.cache_bytes, dirty_bytes=journal.dirty_bytes,
-                     revalidate_interval=settings.cache_revalidate_interval, disk=disk_reserve(settings))
+                     revalidate_interval=settings.cache_revalidate_interval, disk=disk_reserve(settings),
+                     source=source)
 
 
 def make_tenancy(settings: Settings, engine: Engine) -> Tenancy:
@@ -204,7 +237,8 @@ def build(settings: Settings) -> Container:
     policy_repo = PolicyRepo(engine)
     seed_policies(policy_repo, settings)
     policies = PolicyBook(policy_repo, default_policy(settings), refresh_seconds=settings.policy_refresh_seconds)
-    cache = make_cache(settings, engine, remote, policies, journal)
+    fleet = make_fleet(settings, engine, remote)
+    cache = make_cache(settings, engine, remote, policies, journal, fleet[1] if fleet else None)
     gateway = Gateway(catalog, blobs, remote, region=settings.region,
                       part_concurrency=settings.multipart_concurrency, journal=journal, executor=executor,
                       mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
@@ -226,4 +260,8 @@ def build(settings: Settings) -> Container:
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
                      policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
                      upload_expiry=expiry, replicas=replicas,
-                     admin=make_admin_parts(settings, engine, staging_repo, journal, executor))
+                     admin=make_admin_parts(settings, engine, staging_repo, journal, executor),
+                     fleet=fleet and FleetParts(fleet[0], fleet[1], PeerServer(
+                         cache, policies, settings.fleet_secret or "", settings.node_id,
+                         skew=settings.fleet_clock_skew_seconds), settings.fleet_host or settings.host,
+                         settings.fleet_port))

@@ -96,17 +96,21 @@ def serve(
     tls_cert: Annotated[Path | None, typer.Option(help=_flag_help(
         "tls_cert", "PEM certificate: serve HTTPS (with --tls-key).", "none, plain HTTP"))] = None,
     tls_key: Annotated[Path | None, typer.Option(help=_flag_help("tls_key", "PEM private key of --tls-cert."))] = None,
+    fleet_port: Annotated[int | None, typer.Option(help=_flag_help(
+        "fleet_port", "Internal endpoint port for peer nodes (fleet mode; needs FERRY_FLEET_SECRET).",
+        "0, off"))] = None,
     migrate: Annotated[bool, typer.Option(help="Apply catalog migrations before serving.")] = True,
 ) -> None:
     """Serve the S3 endpoint (and health/admin) with uvicorn."""
     import uvicorn
 
     overrides = dict(host=host, port=port, workers=workers, data_dir=data_dir, database_url=database_url,
-                     remote_endpoint=remote_endpoint, tls_cert=tls_cert, tls_key=tls_key)
+                     remote_endpoint=remote_endpoint, tls_cert=tls_cert, tls_key=tls_key, fleet_port=fleet_port)
     settings = _settings(config, **overrides)
     try:
         settings.require_node_id()
         settings.require_remote()
+        settings.require_fleet()
     except ConfigError as exc:
         typer.echo(f"ferry: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -129,7 +133,9 @@ def serve(
 
     configure_logging(settings.log_level, settings.log_json)
     typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
-               f"-> remote {settings.remote_endpoint or '(AWS default)'}", err=True)
+               f"-> remote {settings.remote_endpoint or '(AWS default)'}"
+               + (f"; fleet node {settings.node_id}, internal endpoint {settings.fleet_address}"
+                  if settings.fleet_port else ""), err=True)
     _exit_on_sigterm()
     try:
         uvicorn.run(
@@ -193,7 +199,7 @@ def _register_node(settings: Settings) -> NodeRegistry:
     from app.adapters.datadir import data_dir_id
 
     registry = NodeRegistry(make_engine(settings.effective_database_url, pool_size=1), settings.node_id,
-                            __version__, data_dir_id(settings.data_dir))
+                            __version__, data_dir_id(settings.data_dir), settings.fleet_address)
     try:
         registry.register(settings.node_stale_seconds)
     except NodeIdInUse as exc:

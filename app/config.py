@@ -24,7 +24,7 @@ DURATION_FIELDS = (
     "multipart_expiry", "body_read_timeout", "http_keep_alive_timeout", "http_header_timeout",
     "journal_retention_seconds", "cache_ttl_seconds", "cache_revalidate_interval", "policy_refresh_seconds",
     "node_heartbeat_seconds", "node_stale_seconds", "destage_lease_seconds", "destage_backoff_base",
-    "destage_backoff_cap", "sweep_interval",
+    "destage_backoff_cap", "sweep_interval", "fleet_clock_skew_seconds", "fleet_peer_timeout",
 )
 WriteMode = Literal["write-back", "write-through", "read-only", "bypass"]
 
@@ -131,6 +131,15 @@ class Settings(BaseSettings):
                          min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     node_heartbeat_seconds: float = Field(5.0, gt=0)
     node_stale_seconds: float = Field(30.0, gt=0)
+    # Fleet (docs/fleet.md): the internal endpoint peers read blocks from. 0 = off (a node alone).
+    fleet_port: int = Field(0, ge=0, le=65535)
+    fleet_host: str | None = None  # listen address of the internal endpoint; default: FERRY_HOST
+    # host:port the other nodes reach the internal endpoint at; default: fleet_host:fleet_port
+    # (the hostname when fleet_host is a wildcard).
+    fleet_advertise: str | None = None
+    fleet_secret: str | None = None  # shared by every node: HMAC-SHA256 of every internal request
+    fleet_clock_skew_seconds: float = Field(30.0, gt=0)  # a signed request older or newer: 403
+    fleet_peer_timeout: float = Field(5.0, gt=0)  # connect/read timeout of a peer read, then the remote
     destage_workers: int = Field(4, ge=1, le=256)
     destage_lease_seconds: float = Field(30.0, gt=1)
     destage_max_attempts: int = Field(12, ge=1)
@@ -184,6 +193,30 @@ class Settings(BaseSettings):
         if self.database_url and not self.database_url.startswith("sqlite"):
             raise ConfigError("FERRY_NODE_ID must be set explicitly with a shared catalog (FERRY_DATABASE_URL): "
                               "rows are this node's by its id, and a hostname is neither unique nor stable")
+
+    def require_fleet(self) -> None:
+        """Refuse fleet mode (an internal port) without its secret or without a shared catalog:
+        unsigned peers could read every cached byte, and peers know each other only through it."""
+        if not self.fleet_port:
+            return
+        if not self.fleet_secret or len(self.fleet_secret) < 16:
+            raise ConfigError("FERRY_FLEET_PORT is set: FERRY_FLEET_SECRET (at least 16 characters, the same "
+                              "on every node) must be set too; it signs every request of the internal endpoint")
+        if not self.database_url or self.database_url.startswith("sqlite"):
+            raise ConfigError("FERRY_FLEET_PORT is set: a fleet needs a shared catalog (FERRY_DATABASE_URL, "
+                              "PostgreSQL), where its nodes find each other")
+
+    @property
+    def fleet_address(self) -> str:
+        """host:port the peers reach this node's internal endpoint at ('' when it has none)."""
+        if not self.fleet_port:
+            return ""
+        if self.fleet_advertise:
+            return self.fleet_advertise
+        host = self.fleet_host or self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = __import__("socket").gethostname()
+        return f"{host}:{self.fleet_port}"
 
     def require_remote(self) -> None:
         """Refuse a node with no remote at all, unless the AWS default chain is asked for: it

@@ -33,6 +33,7 @@ def control_app(container: Container) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await container.executor.start()
+        listener = await _start_fleet(container)
         if container.cache is not None:
             await container.cache.start()
         if container.staging is not None:
@@ -44,6 +45,9 @@ def control_app(container: Container) -> FastAPI:
                 await container.cache.stop()
             if container.staging is not None:
                 await container.staging.shutdown()
+            if listener is not None:
+                await listener.stop()
+                container.fleet.membership.stop()  # type: ignore[union-attr]
             await container.executor.stop()
             metrics.process_exit()
 
@@ -71,6 +75,19 @@ def control_app(container: Container) -> FastAPI:
         return Response(body, media_type=content_type)
 
     return api
+
+
+async def _start_fleet(container: Container) -> Any:
+    """Fleet mode: follow the live nodes and serve peers on the internal port (app/fleet/)."""
+    if container.fleet is None:
+        return None
+    from app.fleet.listener import InternalListener
+
+    fleet = container.fleet
+    fleet.membership.start()
+    listener = InternalListener(fleet.server, fleet.host, fleet.port)
+    await listener.start()
+    return listener
 
 
 class FerryApp:

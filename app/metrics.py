@@ -111,6 +111,23 @@ def zerocopy_sent(nbytes: int) -> None:
     HTTP_ZEROCOPY_BYTES.inc(nbytes)
 
 
+FLEET_PEER_READS = Counter("ferry_fleet_peer_reads_total",
+                           "Block fetches this node sent to the block's owner, by how they ended: peer "
+                           "(the owner answered) or fallback (read from the remote instead)", ["result"])
+FLEET_SERVED = Counter("ferry_fleet_served_total", "Requests of the internal endpoint by status", ["status"])
+FLEET_SERVED_BYTES = Counter("ferry_fleet_served_bytes_total", "Block bytes sent to peers")
+
+
+def fleet_peer_read(result: str) -> None:
+    FLEET_PEER_READS.labels(result).inc()
+
+
+def fleet_served(status: int, nbytes: int = 0) -> None:
+    FLEET_SERVED.labels(str(status)).inc()
+    if nbytes:
+        FLEET_SERVED_BYTES.inc(nbytes)
+
+
 def revalidated(result: str) -> None:
     """result: unchanged, changed, deleted, error."""
     REVALIDATIONS.labels(result).inc()

@@ -48,6 +48,14 @@ class RemoteObjects(Protocol):
     def conditional_writes(self, bucket: str) -> bool: ...
 
 
+class BlockSource(Protocol):
+    """Where the read cache gets a block's bytes (and a discovery's metadata): the remote by
+    default; in a fleet, the block's owner node, which falls back to the remote itself."""
+
+    def get_object(self, bucket: str, key: str, byte_range: str | None = None,
+                   if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]: ...
+
+
 class RemoteMultipart(Protocol):
     """The remote's multipart operations (destage of a multipart version, eager part copies)."""
 

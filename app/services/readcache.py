@@ -45,6 +45,7 @@ from app.domain.states import CacheState
 from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
 from app.services.budget import DiskReserve
 from app.services.policies import PolicyBook
+from app.services.ports import BlockSource
 from app.services.recording import PendingEntry, Recording, row_id
 from app.services.scrub import Scrub
 
@@ -106,8 +107,12 @@ class ReadCache:
     def __init__(self, index: CacheIndex, store: CacheStore, remote: RemoteStore, policies: PolicyBook, *,
                  block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
                  dirty_bytes: Callable[[], int] | None = None, revalidate_interval: float = 60.0,
-                 limiter: anyio.CapacityLimiter | None = None, disk: DiskReserve | None = None) -> None:
+                 limiter: anyio.CapacityLimiter | None = None, disk: DiskReserve | None = None,
+                 source: BlockSource | None = None) -> None:
         self.index = index
+        # Where block bytes come from (fills and discovery GETs): the remote, or in a fleet the
+        # block's owner (app/fleet/peer_client.py), which falls back to the remote itself.
+        self.source: BlockSource = source or remote
         self.disk = disk  # the data dir's free space: fills stop before its reserve
         self.store = store
         self.remote = remote
@@ -372,7 +377,7 @@ class ReadCache:
             try:
                 if src is None:
                     first = index * entry.block_size
-                    _, src = self.remote.get_object(entry.bucket, entry.key, f"bytes={first}-{first + length - 1}",
+                    _, src = self.source.get_object(entry.bucket, entry.key, f"bytes={first}-{first + length - 1}",
                                                     if_match=entry.etag)
                 while True:
                     want = min(FETCH_CHUNK, length - fill.file.written) or FETCH_CHUNK
@@ -595,15 +600,15 @@ class ReadCache:
         first block of that stream and drops the connection if the object is larger.
         """
         if whole:
-            return await self._run(self.remote.get_object, bucket, key, None)
+            return await self._run(self.source.get_object, bucket, key, None)
         first = index * self.block_size
         try:
-            return await self._run(self.remote.get_object, bucket, key, f"bytes={first}-{first + self.block_size - 1}")
+            return await self._run(self.source.get_object, bucket, key, f"bytes={first}-{first + self.block_size - 1}")
         except S3Error as err:
             if err.code != "InvalidRange":
                 raise
         # Empty object, or a range past the end: the whole object tells its size.
-        meta, body = await self._run(self.remote.get_object, bucket, key, None)
+        meta, body = await self._run(self.source.get_object, bucket, key, None)
         if meta.size > self.block_size:
             body.close()
             return meta, None

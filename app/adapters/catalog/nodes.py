@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, or_, update
+from sqlalchemy import Engine, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
@@ -46,9 +46,10 @@ class NodeIdInUse(Exception):
 class NodeRegistry:
     """This process's row in ``nodes``: register, heartbeat, leave."""
 
-    def __init__(self, engine: Engine, node_id: str, version: str, data_dir_id: str) -> None:
+    def __init__(self, engine: Engine, node_id: str, version: str, data_dir_id: str, address: str = "") -> None:
         self.sessions = sessionmaker(engine, expire_on_commit=False)
         self.node_id = node_id
+        self.address = address  # host:port of the internal endpoint, '' without one
         self.data_dir_id = data_dir_id
         self.version = version
         self.instance = uuid.uuid4().hex
@@ -58,7 +59,7 @@ class NodeRegistry:
         for _ in range(3):
             now = time.time()
             values = dict(instance=self.instance, data_dir_id=self.data_dir_id, host=socket.gethostname(), pid=os.getpid(),
-                          version=self.version, started_at=now, heartbeat_at=now)
+                          version=self.version, started_at=now, heartbeat_at=now, address=self.address)
             try:
                 with self.sessions.begin() as s:
                     taken = s.execute(
@@ -88,3 +89,26 @@ class NodeRegistry:
         """A clean stop frees the id at once (a successor need not wait for the heartbeat to age)."""
         with self.sessions.begin() as s:
             s.execute(delete(Node).where(Node.node_id == self.node_id, Node.instance == self.instance))
+
+
+@dataclass(frozen=True)
+class LiveNode:
+    node_id: str
+    address: str  # host:port of its internal endpoint ('' when it serves no peers)
+    version: str
+    heartbeat_at: float
+
+
+class NodeDirectory:
+    """Who is in the fleet: the nodes whose heartbeat is younger than ``stale_after``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.query = select(Node.node_id, Node.address, Node.version, Node.heartbeat_at)  # a few rows
+
+    def live(self, stale_after: float) -> list[LiveNode]:
+        now = time.time()
+        with self.engine.connect() as conn:
+            rows = conn.execute(self.query).all()
+        return [LiveNode(r.node_id, r.address, r.version, r.heartbeat_at) for r in rows
+                if r.heartbeat_at >= now - stale_after]

@@ -315,3 +315,5 @@ class Node(Base):
     version: Mapped[str] = mapped_column(String(64), default="", server_default="")
     started_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     heartbeat_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # host:port of the node's internal endpoint (peer reads); '' when it serves no peers.
+    address: Mapped[str] = mapped_column(String(255), default="", server_default="")

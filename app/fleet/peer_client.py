@@ -1,0 +1,165 @@
+"""Where a cache block's bytes come from in a fleet: its owner's internal endpoint, else the remote.
+
+``PeerBlockSource`` has the remote's ``get_object`` shape, so the read cache asks it exactly as it
+would ask the remote (app/bootstrap.py injects it in fleet mode). For the block the request
+starts in, it finds the owner (rendezvous hashing over live nodes, app/fleet/membership.py):
+
+- this node, or a node with no internal endpoint: the remote (this node is the one that fetches);
+- a peer: a signed GET of that range from the peer, whose answer streams straight into this
+  node's fill (no temp copy in between). The peer fills the block from the remote if it does not
+  hold it, once, however many nodes ask: fleet-wide single-flight;
+- a peer that cannot be reached, refuses, or fails mid-body: the remote, for the bytes not yet
+  received (``If-Match`` the peer's ETag), and the peer is suspected until it beats again.
+
+Requests served *for* a peer never go to another peer (``SERVING_PEER``): the owner fetches from
+the remote, so two nodes with different views of the fleet cannot bounce a block between them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from typing import Any, BinaryIO, Protocol
+from urllib.parse import urlencode
+
+import urllib3
+
+from app import metrics
+from app.adapters.catalog.nodes import LiveNode
+from app.domain.errors import S3Error
+from app.domain.objects import ObjectMeta
+from app.fleet import auth
+from app.fleet.membership import Membership
+from app.fleet.wire import BLOCK_PATH, META, decode_meta
+
+log = logging.getLogger("ferry.fleet")
+SERVING_PEER: contextvars.ContextVar[bool] = contextvars.ContextVar("ferry_serving_peer", default=False)
+
+
+class Remote(Protocol):
+    def get_object(self, bucket: str, key: str, byte_range: str | None = None,
+                   if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]: ...
+
+
+class PeerUnavailable(Exception):
+    """The owner could not answer (connection, timeout, 5xx, 403): read the remote instead."""
+
+
+def _span(byte_range: str | None, block_size: int) -> tuple[int, int | None]:
+    """(first, last or None) of a ``bytes=a-b`` / ``bytes=a-`` header; no range: block 0's bytes."""
+    if not byte_range:
+        return 0, block_size - 1
+    first, _, last = byte_range.strip()[6:].partition("-")
+    return int(first), int(last) if last.strip() else None
+
+
+class PeerBlockSource:
+    def __init__(self, remote: Remote, membership: Membership, secret: str, block_size: int, *,
+                 timeout: float = 5.0, max_connections: int = 32) -> None:
+        self.remote = remote
+        self.membership = membership
+        self.secret = secret
+        self.block_size = block_size
+        self.http = urllib3.PoolManager(num_pools=64, maxsize=max_connections, retries=False,
+                                        timeout=urllib3.Timeout(connect=timeout, read=timeout))
+
+    def get_object(self, bucket: str, key: str, byte_range: str | None = None,
+                   if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:
+        """The remote's answer, or the same answer from the owner of the block it starts in."""
+        if SERVING_PEER.get() or (byte_range is not None and not byte_range.strip().startswith("bytes=")):
+            return self.remote.get_object(bucket, key, byte_range, if_match)
+        try:
+            first, last = _span(byte_range, self.block_size)
+        except ValueError:  # a suffix range: only the remote knows the size
+            return self.remote.get_object(bucket, key, byte_range, if_match)
+        peer = self.membership.owner(bucket, key, first // self.block_size)
+        if peer is None:
+            return self.remote.get_object(bucket, key, byte_range, if_match)
+        try:
+            meta, body = self._from_peer(peer, bucket, key, first, last, if_match)
+        except PeerUnavailable as exc:
+            log.info("fleet: block of %s/%s from the remote: peer %s unavailable (%s)", bucket, key, peer.node_id, exc)
+            metrics.fleet_peer_read("fallback")
+            return self.remote.get_object(bucket, key, byte_range, if_match)
+        metrics.fleet_peer_read("peer")
+        return meta, body
+
+    def _from_peer(self, peer: LiveNode, bucket: str, key: str, first: int, last: int | None,
+                   if_match: str | None) -> tuple[ObjectMeta, BinaryIO]:
+        query = urlencode({"bucket": bucket, "key": key})
+        headers = auth.sign(self.secret, "GET", BLOCK_PATH, query)
+        headers[auth.NODE] = self.membership.node_id
+        headers["Range"] = f"bytes={first}-{'' if last is None else last}"
+        if if_match:
+            headers["If-Match"] = if_match
+        try:
+            resp = self.http.request("GET", f"http://{peer.address}{BLOCK_PATH}?{query}", headers=headers,
+                                     preload_content=False, redirect=False)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self.membership.suspect(peer.node_id)
+            raise PeerUnavailable(str(exc)) from exc
+        if resp.status in (200, 206) and resp.headers.get(META):
+            meta = decode_meta(resp.headers[META])
+            return meta, PeerBody(resp, self, peer, bucket, key, meta, first, last)  # type: ignore[return-value]
+        resp.drain_conn()
+        resp.release_conn()
+        if resp.status == 412:
+            raise S3Error("PreconditionFailed", "The object changed since this node cached it.")
+        if resp.status == 404:
+            raise S3Error("NoSuchKey", "The specified key does not exist.")
+        if resp.status == 416:
+            raise S3Error("InvalidRange", "The requested range is not satisfiable")
+        if resp.status == 403:
+            log.error("fleet: peer %s refused our signature (is FERRY_FLEET_SECRET the same on every node, "
+                      "and the clocks in sync?)", peer.node_id)
+        raise PeerUnavailable(f"HTTP {resp.status}")
+
+
+class PeerBody:
+    """The peer's answer as the fill reads it; if the peer fails mid-body, the rest comes from
+    the remote (``If-Match`` the version the peer was sending), so the fill does not fail."""
+
+    def __init__(self, resp: Any, source: PeerBlockSource, peer: LiveNode, bucket: str, key: str,
+                 meta: ObjectMeta, first: int, last: int | None) -> None:
+        self.resp = resp
+        self.source = source
+        self.peer = peer
+        self.bucket, self.key, self.meta = bucket, key, meta
+        self.first, self.last = first, last
+        self.got = 0
+        self.fallback: BinaryIO | None = None
+
+    def read(self, amt: int = -1) -> bytes:
+        if self.fallback is not None:
+            return bytes(self.fallback.read(amt))
+        try:
+            chunk = self.resp.read1(amt) if amt and amt > 0 else self.resp.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self.source.membership.suspect(self.peer.node_id)
+            return self._switch(exc)
+        if not chunk and not self._complete():
+            return self._switch(None)  # the peer closed early
+        self.got += len(chunk)
+        return bytes(chunk)
+
+    def _complete(self) -> bool:
+        end = self.meta.size - 1 if self.last is None else min(self.last, self.meta.size - 1)
+        return self.first + self.got > end
+
+    def _switch(self, exc: BaseException | None) -> bytes:
+        log.warning("fleet: peer %s failed mid-block (%s); the rest from the remote", self.peer.node_id, exc)
+        metrics.fleet_peer_read("fallback")
+        self.close()
+        rng = f"bytes={self.first + self.got}-{'' if self.last is None else self.last}"
+        _, self.fallback = self.source.remote.get_object(self.bucket, self.key, rng, if_match=self.meta.etag)
+        return bytes(self.fallback.read(1024 * 1024))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # closing a broken connection
+            if self._complete():
+                self.resp.release_conn()
+            else:
+                self.resp.close()
+        if self.fallback is not None:
+            self.fallback.close()

@@ -1,0 +1,115 @@
+"""Three ``ferry serve`` nodes sharing one cache (docs/fleet.md): peer reads, fleet-wide
+single-flight, node loss, and the internal endpoint's signatures. Remote requests are counted by
+a CountingProxy in front of SeaweedFS."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.domain.ownership import block_key, owner
+from app.fleet.wire import BLOCK_PATH, PING_PATH
+from tests.support.counting_proxy import CountingProxy
+from tests.support.fleet import Fleet
+
+pytestmark = pytest.mark.fleet
+
+BLOCK = 4 * 1024 * 1024
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def fleet_db(fleet_services: Any) -> Iterator[str]:
+    """A database of its own: the nodes table holds only this module's fleet."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(fleet_services.postgres_url)
+    name = f"ferry_fleet_{uuid.uuid4().hex[:10]}"
+
+    def connect() -> Any:
+        return psycopg.connect(host=u.host, port=u.port, user=u.username or "postgres", password=u.password,
+                               dbname="postgres", autocommit=True, connect_timeout=5)
+
+    with connect() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield u.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with connect() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def fleet(proxy: CountingProxy, fleet_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with Fleet(proxy, fleet_db, tmp_path_factory.mktemp("fleet"),
+               env={"FERRY_CACHE_BLOCK_BYTES": str(BLOCK)}) as f:
+        f.wait_live(3)
+        yield f
+
+
+@pytest.fixture(scope="module")
+def fleet_bucket(fleet: Fleet, seaweed: Any) -> str:
+    return seaweed.create_bucket(f"fleet-{uuid.uuid4().hex[:10]}")
+
+
+def _put(seaweed: Any, bucket: str, size: int) -> tuple[str, str, bytes]:
+    """A cold object written straight to the remote: (key, sha256, bytes)."""
+    key = f"obj-{uuid.uuid4().hex[:10]}.bin"
+    data = os.urandom(size)
+    seaweed.client().put_object(Bucket=bucket, Key=key, Body=data)
+    return key, hashlib.sha256(data).hexdigest(), data
+
+
+def _sha(client: Any, bucket: str, key: str, **kw: Any) -> str:
+    body = client.get_object(Bucket=bucket, Key=key, **kw)["Body"]
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: body.read(MiB), b""):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _blocks_fetched(proxy: CountingProxy, key: str) -> Counter[int]:
+    """Remote GETs of ``key`` by the block their first byte is in (an unranged GET is block 0)."""
+    firsts = Counter[int]()
+    for seen in proxy.gets(key):
+        first = int(seen.range[6:].split("-")[0]) if seen.range else 0
+        firsts[first // BLOCK] += 1
+    return firsts
+
+
+def test_an_object_read_on_one_node_is_then_served_by_the_others_without_the_remote(
+        fleet: Fleet, proxy: CountingProxy, fleet_bucket: str, seaweed: Any) -> None:
+    key, sha, data = _put(seaweed, fleet_bucket, 5 * BLOCK + 123)
+    proxy.reset()
+    assert _sha(fleet.nodes[0].client(), fleet_bucket, key) == sha
+    fetched = _blocks_fetched(proxy, key)
+    assert fetched == Counter(range(6)), f"each block once from the remote, got {fetched}"
+    owners = {owner(block_key(fleet_bucket, key, i), fleet.node_ids()) for i in range(6)}
+    assert len(owners) > 1  # the blocks really are spread: some were read from peers
+    proxy.reset()
+    for node in fleet.nodes[1:]:
+        assert _sha(node.client(), fleet_bucket, key) == sha
+        part = _sha(node.client(), fleet_bucket, key, Range=f"bytes={BLOCK - 10}-{3 * BLOCK + 9}")
+        assert part == hashlib.sha256(data[BLOCK - 10:3 * BLOCK + 10]).hexdigest()
+    assert proxy.gets(key) == [], "nodes 2 and 3 must read node 1's object from the fleet, not the remote"
+
+
+def test_the_internal_endpoint_refuses_unsigned_wrongly_signed_and_stale_requests(fleet: Fleet) -> None:
+    query = "bucket=b&key=k"
+    assert fleet.ping(0) == 200
+    assert fleet.internal_get(0, PING_PATH, sign=False)[0] == 403
+    assert fleet.internal_get(0, BLOCK_PATH, query, {"Range": "bytes=0-9"}, sign=False)[0] == 403
+    assert fleet.internal_get(0, BLOCK_PATH, query, {"Range": "bytes=0-9"},
+                              secret="not-the-fleet-secret-0000")[0] == 403
+    assert fleet.internal_get(0, BLOCK_PATH, query, {"Range": "bytes=0-9"}, now=time.time() - 120)[0] == 403
+    assert fleet.internal_get(0, BLOCK_PATH, query, {"Range": "bytes=0-9"}, now=time.time() + 120)[0] == 403
+    status, _ = fleet.internal_get(0, "/admin/status", sign=False)
+    assert status == 403  # nothing of the S3/admin port is reachable here either
