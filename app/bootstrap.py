@@ -32,6 +32,7 @@ from app.adapters.catalog.tokens import TokenRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
+from app.fleet.journal_client import PeerJournal
 from app.fleet.membership import Membership
 from app.fleet.peer_client import PeerBlockSource
 from app.fleet.peer_server import PeerServer
@@ -247,7 +248,9 @@ def build(settings: Settings) -> Container:
                       tenancy=make_tenancy(settings, engine),
                       budget=WriteBudget(settings.write_buffer_bytes, tenant_share=settings.tenant_buffer_share,
                                          tenant_uploads=settings.tenant_max_uploads),
-                      disk=disk_reserve(settings))
+                      disk=disk_reserve(settings),
+                      peers=PeerJournal(fleet[0], settings.fleet_secret or "", timeout=settings.fleet_peer_timeout)
+                      if fleet else None)
     ensure_bootstrap_key(catalog, settings)
     staging_repo = StagingRepo(engine)
     staging = StagingRunner(staging_repo, remote, gateway, settings.node_id)
@@ -263,5 +266,5 @@ def build(settings: Settings) -> Container:
                      admin=make_admin_parts(settings, engine, staging_repo, journal, executor),
                      fleet=fleet and FleetParts(fleet[0], fleet[1], PeerServer(
                          cache, policies, settings.fleet_secret or "", settings.node_id,
-                         skew=settings.fleet_clock_skew_seconds), settings.fleet_host or settings.host,
+                         skew=settings.fleet_clock_skew_seconds, writes=gateway), settings.fleet_host or settings.host,
                          settings.fleet_port))

@@ -1,7 +1,7 @@
 """write replicas: the policy field and the replica records of buffered writes
 
 Revision ID: 0006b
-Revises: 0005d
+Revises: 0006a
 Create Date: 2026-12-01 10:00:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0006b'
-down_revision = '0005d'
+down_revision = '0006a'  # 0005d in the brief; after w3/fleet's 0006a once merged
 branch_labels = None
 depends_on = None
 
