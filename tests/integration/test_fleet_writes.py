@@ -302,6 +302,7 @@ def test_flipping_write_replicas_from_1_to_2_mid_stream(fleet: Fleet, wbucket: s
 # ------------------------------------------------------------------ 4. kill -9 of node 3 with replicas
 
 
+@pytest.mark.slow  # ~90 s: the node must be seen as lost (3 s), then its rows taken over and destaged
 def test_kill_9_of_node_3_under_load_with_two_replicas_loses_no_acknowledged_write(
         fleet: Fleet, wbucket: str, remote_up: CountingProxy, seaweed: Any) -> None:
     prefix = f"kill-{uuid.uuid4().hex[:8]}/"
