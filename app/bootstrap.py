@@ -187,7 +187,8 @@ def make_fleet(settings: Settings, engine: Engine, remote: RemoteStore) -> tuple
     settings.require_fleet()
     membership = make_membership(settings, engine)
     source = PeerBlockSource(remote, membership, settings.fleet_secret or "", settings.cache_block_bytes,
-                             timeout=settings.fleet_peer_timeout)
+                             connect_timeout=settings.fleet_peer_timeout,
+                             read_timeout=settings.remote_deadline + settings.remote_read_timeout)
     return membership, source
 
 

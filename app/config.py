@@ -139,7 +139,9 @@ class Settings(BaseSettings):
     fleet_advertise: str | None = None
     fleet_secret: str | None = None  # shared by every node: HMAC-SHA256 of every internal request
     fleet_clock_skew_seconds: float = Field(30.0, gt=0)  # a signed request older or newer: 403
-    fleet_peer_timeout: float = Field(5.0, gt=0)  # connect/read timeout of a peer read, then the remote
+    # A peer that does not accept within this many seconds is suspected and the remote is read;
+    # once connected, a peer may take as long as a remote fetch (remote_deadline + remote_read_timeout).
+    fleet_peer_timeout: float = Field(2.0, gt=0)
     destage_workers: int = Field(4, ge=1, le=256)
     destage_lease_seconds: float = Field(30.0, gt=1)
     destage_max_attempts: int = Field(12, ge=1)

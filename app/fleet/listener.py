@@ -29,7 +29,7 @@ class InternalListener:
     def __init__(self, app: Any, host: str, port: int) -> None:
         self.sock = _socket(host, port)  # at construction: a taken port stops the process's start
         config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning", http="httptools",
-                                timeout_keep_alive=30, server_header=False)
+                                timeout_keep_alive=30, server_header=False, timeout_graceful_shutdown=2)
         config.load()
         self.server = uvicorn.Server(config)
         self.server.lifespan = config.lifespan_class(config)  # "off": what serve() would have set

@@ -56,13 +56,13 @@ def _span(byte_range: str | None, block_size: int) -> tuple[int, int | None]:
 
 class PeerBlockSource:
     def __init__(self, remote: Remote, membership: Membership, secret: str, block_size: int, *,
-                 timeout: float = 5.0, max_connections: int = 32) -> None:
+                 connect_timeout: float = 2.0, read_timeout: float = 25.0, max_connections: int = 32) -> None:
         self.remote = remote
         self.membership = membership
         self.secret = secret
         self.block_size = block_size
         self.http = urllib3.PoolManager(num_pools=64, maxsize=max_connections, retries=False,
-                                        timeout=urllib3.Timeout(connect=timeout, read=timeout))
+                                        timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout))
 
     def get_object(self, bucket: str, key: str, byte_range: str | None = None,
                    if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -49,6 +51,7 @@ def fleet_db(fleet_services: Any) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def fleet(proxy: CountingProxy, fleet_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    proxy.record_cut = True  # count the whole-object discovery GETs a fill closes after its block
     with Fleet(proxy, fleet_db, tmp_path_factory.mktemp("fleet"),
                env={"FERRY_CACHE_BLOCK_BYTES": str(BLOCK)}) as f:
         f.wait_live(3)
@@ -113,3 +116,78 @@ def test_the_internal_endpoint_refuses_unsigned_wrongly_signed_and_stale_request
     assert fleet.internal_get(0, BLOCK_PATH, query, {"Range": "bytes=0-9"}, now=time.time() + 120)[0] == 403
     status, _ = fleet.internal_get(0, "/admin/status", sign=False)
     assert status == 403  # nothing of the S3/admin port is reachable here either
+
+
+def test_thirty_clients_on_three_nodes_fetch_each_block_of_a_cold_object_once(
+        fleet: Fleet, proxy: CountingProxy, fleet_bucket: str, seaweed: Any) -> None:
+    key, sha, _ = _put(seaweed, fleet_bucket, 64 * MiB)
+    clients = [node.client(max_pool_connections=20) for node in fleet.nodes]
+    proxy.reset()
+    start = threading.Barrier(30)
+
+    def read(i: int) -> str:
+        start.wait()
+        return _sha(clients[i % 3], fleet_bucket, key)
+
+    with ThreadPoolExecutor(30) as pool:
+        results = list(pool.map(read, range(30)))
+    assert results == [sha] * 30
+    fetched = _blocks_fetched(proxy, key)
+    assert fetched == Counter(range(16)), f"one remote fetch per block fleet-wide, got {sorted(fetched.items())}"
+
+
+def test_kill_9_of_a_node_under_load_the_others_keep_serving_everything(
+        fleet: Fleet, proxy: CountingProxy, fleet_bucket: str, seaweed: Any) -> None:
+    """Readers keep going on nodes 1 and 2 while node 3 is killed (kill -9). ``warm`` objects
+    were read on every node; ``only3`` objects were read through node 3 alone, so for the blocks
+    node 3 owns it held the fleet's only copy: the survivors read those from the remote, and
+    nothing else; no read fails or returns wrong bytes."""
+    warm = [_put(seaweed, fleet_bucket, 2 * BLOCK + 77) for _ in range(2)]
+    only3 = [_put(seaweed, fleet_bucket, 3 * BLOCK + 77) for _ in range(4)]
+    for key, sha, _ in warm:
+        for node in fleet.nodes:
+            assert _sha(node.client(), fleet_bucket, key) == sha
+    for key, sha, _ in only3:
+        assert _sha(fleet.nodes[2].client(), fleet_bucket, key) == sha
+    proxy.reset()
+    survivors = [fleet.nodes[0].client(), fleet.nodes[1].client()]
+    load = list(warm)  # what the readers read; only3 joins once node 3 is dead
+    stop = threading.Event()
+    failures: list[str] = []
+    reads = Counter[int]()
+
+    def reader(worker: int) -> None:
+        n = worker
+        while not stop.is_set():
+            key, sha, _ = load[n % len(load)]
+            try:
+                if _sha(survivors[worker % 2], fleet_bucket, key) != sha:
+                    failures.append(f"{key}: wrong bytes")
+            except Exception as exc:  # every failure is reported below
+                failures.append(f"{key}: {exc!r}")
+            reads[worker] += 1
+            n += 1
+
+    threads = [threading.Thread(target=reader, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        fleet.kill(2)
+        load.extend(only3)
+        time.sleep(4.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert failures == [], failures[:5]
+    assert sum(reads.values()) > 12
+    for key, sha, _ in only3:  # every object, whole, from both survivors (after node 3 aged out too)
+        for client in survivors:
+            assert _sha(client, fleet_bucket, key) == sha
+    node_ids = fleet.node_ids()
+    held_by_3 = {(key, i) for key, _, _ in only3 for i in range(4)
+                 if owner(block_key(fleet_bucket, key, i), node_ids) == "node-3"}
+    refetched = {(seen.key, (int(seen.range[6:].split("-")[0]) if seen.range else 0) // BLOCK)
+                 for seen in proxy.gets()}
+    assert held_by_3 and refetched == held_by_3, "exactly node 3's blocks were read from the remote again"

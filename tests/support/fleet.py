@@ -50,7 +50,6 @@ class Fleet:
                 "FERRY_FLEET_SECRET": FLEET_SECRET,
                 "FERRY_NODE_HEARTBEAT_SECONDS": str(HEARTBEAT),
                 "FERRY_NODE_STALE_SECONDS": str(STALE),
-                "FERRY_FLEET_PEER_TIMEOUT": "3",
                 **({"FERRY_BROKER_URL": broker_url} if broker_url else {}),
                 **(env or {}),
             }
@@ -70,7 +69,7 @@ class Fleet:
         return self
 
     def start_node(self, i: int) -> None:
-        self.nodes[i].start()
+        self.nodes[i].start(timeout=90)
         worker = self.celery[i]
         if worker is not None:
             worker.start()

@@ -1,0 +1,96 @@
+"""What a peer read costs: a block read from its owner node against a local hit and a remote miss.
+
+    .venv/bin/python -m bench.fleet_peer_read --runs 7 [--remote-delay-ms 0]
+
+Starts SeaweedFS behind a CountingProxy (``--remote-delay-ms`` adds that much before each remote
+request, a crude cross-region round trip), a fresh PostgreSQL database and a fleet of 2 nodes
+(tests/support/fleet.py). For each size and run it writes a cold object to the remote, picks the
+node that owns its block 0 (rendezvous hashing) and times whole-object GETs through boto3:
+
+- ``miss``: the owner, cold (its fill fetches from the remote);
+- ``peer``: the other node, first read (its fill streams the block from the owner);
+- ``hit``: the other node again (its own copy: non-owners keep what they read, docs/fleet.md).
+
+Prints medians in ms. Needs PostgreSQL at FERRY_TEST_DATABASE_URL's server (default 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from app.domain.ownership import block_key, owner
+from tests.support.counting_proxy import CountingProxy
+from tests.support.fleet import Fleet
+from tests.support.seaweed import SeaweedServer
+
+SIZES = {"256KiB": 256 * 1024, "8MiB": 8 * 1024 * 1024}
+
+
+def _get_ms(client: Any, bucket: str, key: str) -> float:
+    t0 = time.perf_counter()
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    while body.read(1024 * 1024):
+        pass
+    return (time.perf_counter() - t0) * 1000
+
+
+def _database() -> tuple[str, str]:
+    name = f"ferry_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return name, f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+
+
+def _drop(name: str) -> None:
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
+    name, url = _database()
+    results: dict[str, dict[str, list[float]]] = {s: {"miss": [], "peer": [], "hit": []} for s in SIZES}
+    try:
+        with SeaweedServer() as weed, CountingProxy(weed) as proxy, \
+                Fleet(proxy, url, Path(tempfile.mkdtemp(prefix="ferry-bench-fleet-")), size=2) as fleet:
+            fleet.wait_live(2)
+            bucket = weed.create_bucket(f"bench-{uuid.uuid4().hex[:8]}")
+            clients = [n.client() for n in fleet.nodes]
+            proxy.delay = delay_ms / 1000
+            for label, size in SIZES.items():
+                for _ in range(runs):
+                    key = f"o-{uuid.uuid4().hex[:10]}"
+                    weed.client().put_object(Bucket=bucket, Key=key, Body=os.urandom(size))
+                    first = owner(block_key(bucket, key, 0), fleet.node_ids())
+                    own = fleet.node_ids().index(first)  # type: ignore[arg-type]
+                    other = 1 - own
+                    results[label]["miss"].append(_get_ms(clients[own], bucket, key))
+                    results[label]["peer"].append(_get_ms(clients[other], bucket, key))
+                    results[label]["hit"].append(_get_ms(clients[other], bucket, key))
+    finally:
+        _drop(name)
+    return {s: {k: statistics.median(v) for k, v in r.items()} for s, r in results.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--remote-delay-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    medians = run(args.runs, args.remote_delay_ms)
+    print(f"medians of {args.runs} whole-object GETs, ms (remote delay {args.remote_delay_ms} ms per request)")
+    print(f"{'size':>8} {'hit':>8} {'peer':>8} {'miss':>8}")
+    for label, m in medians.items():
+        print(f"{label:>8} {m['hit']:8.1f} {m['peer']:8.1f} {m['miss']:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
