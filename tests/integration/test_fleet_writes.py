@@ -193,7 +193,7 @@ def test_a_checkpoint_written_on_node_2_is_read_on_1_and_3_during_an_outage_then
     for client in (node1, node3):  # a listing needs the remote's page; node 2's row is merged in
         listed = client.list_objects_v2(Bucket=wbucket, Prefix=key.split("/")[0] + "/")["Contents"]
         assert [(o["Key"], o["Size"]) for o in listed] == [(key, len(whole))]
-    wait_for(lambda: settled(fleet, wbucket, key), 90, "the checkpoint's destage")
+    wait_for(lambda: settled(fleet, wbucket, key), 180, "the checkpoint's destage")
     assert remote_sha(seaweed, wbucket, key) == sha(whole)
     worker2 = fleet.celery[1]
     assert worker2 is not None and "Task ferry.destage[" in worker2.log_text()
@@ -226,7 +226,7 @@ def test_overwrites_of_one_key_from_two_nodes_keep_one_order_everywhere_and_remo
     expected = bodies[newest["etag"]]
     for client in clients:  # one newest version on every node: the journal's highest seq
         assert client.get_object(Bucket=wbucket, Key=key)["Body"].read() == expected
-    wait_for(lambda: settled(fleet, wbucket, key), 90, "the overwrites' destage")
+    wait_for(lambda: settled(fleet, wbucket, key), 180, "the overwrites' destage")
     assert remote_sha(seaweed, wbucket, key) == sha(expected)
     states = [r["state"] for r in rows(fleet, wbucket, key)]
     assert states[-1] == "durable"
@@ -256,7 +256,7 @@ def test_a_duplicate_put_in_flight_on_two_nodes_with_replicas(fleet: Fleet, wbuc
     assert all(r["replicas"] == 1 for r in found)  # each acknowledged with its copy elsewhere
     for gw in fleet.nodes:
         assert sha(gw.client().get_object(Bucket=wbucket, Key=key)["Body"].read()) == sha(body)
-    wait_for(lambda: settled(fleet, wbucket, prefix), 60, "the duplicates' destage")
+    wait_for(lambda: settled(fleet, wbucket, prefix), 180, "the duplicates' destage")
     assert remote_sha(seaweed, wbucket, key) == sha(body)
 
 
@@ -294,7 +294,7 @@ def test_flipping_write_replicas_from_1_to_2_mid_stream(fleet: Fleet, wbucket: s
     assert before and all(r["replicas"] == 0 for r in before), before[:3]
     assert len(after) >= 10 and all(r["replicas"] == 1 for r in after), after[:3]
     remote_up.fail_with = None
-    wait_for(lambda: settled(fleet, wbucket, prefix), 90, "the stream's destage")
+    wait_for(lambda: settled(fleet, wbucket, prefix), 180, "the stream's destage")
     for key, body in acked.items():
         assert remote_sha(seaweed, wbucket, key) == sha(body), key
 
