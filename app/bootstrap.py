@@ -23,6 +23,7 @@ from app.adapters.catalog.nodes import NodeDirectory
 from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.remotes import RemoteRepo
+from app.adapters.catalog.replicas import ReplicaRepo
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.staging import StagingRepo
 from app.adapters.catalog.stats import CatalogStats
@@ -31,6 +32,7 @@ from app.adapters.catalog.tokens import TokenRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
+from app.fleet.journal_client import PeerJournal
 from app.fleet.membership import Membership
 from app.fleet.peer_client import PeerBlockSource
 from app.fleet.peer_server import PeerServer
@@ -44,6 +46,7 @@ from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
+from app.services.replicas import ReplicaKeeper
 from app.services.staging import StagingRunner
 from app.services.tenancy import Tenancy
 from app.services.upload_expiry import UploadExpiry
@@ -98,6 +101,7 @@ class Container:
     chore_parts: ChoreParts  # what every chore runs on (in-process or in a Celery worker)
     chores: ChoreLoop  # the chores this process runs itself (all of them in embedded mode)
     fleet: FleetParts | None = None
+    replicas: ReplicaKeeper | None = None  # fleet: copies of other nodes' writes, takeover (sweeper)
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
@@ -162,11 +166,12 @@ def chore_intervals(settings: Settings) -> Intervals:
 
 
 def make_chores(settings: Settings, journal: Journal, cache: ReadCache, expiry: UploadExpiry,
-                executor: EmbeddedExecutor | CeleryExecutor) -> tuple[ChoreParts, ChoreLoop]:
+                executor: EmbeddedExecutor | CeleryExecutor,
+                replicas: ReplicaKeeper | None = None) -> tuple[ChoreParts, ChoreLoop]:
     """Every chore in this process in embedded mode; in fleet mode the node's Celery worker runs
     the node and shared chores from its beat, and this process only its own (access times)."""
     parts = ChoreParts(journal, cache, expiry, executor.submit, chore_intervals(settings),
-                       sweep_node=sweep_node(settings))
+                       sweep_node=sweep_node(settings), replicas=replicas)
     scopes: tuple[Scope, ...] = ("process",) if settings.broker_url else ("node", "shared", "process")
     return parts, ChoreLoop(parts, scopes)
 
@@ -236,6 +241,14 @@ def make_admin_parts(settings: Settings, engine: Engine, staging: StagingRepo, j
                       durability=Durability(journal, executor))
 
 
+def make_replicas(settings: Settings, engine: Engine, blobs: BlobStore,
+                  executor: EmbeddedExecutor | CeleryExecutor) -> ReplicaKeeper | None:
+    """Only a shared catalog has other nodes whose writes this one may hold or take over."""
+    if engine.dialect.name == "sqlite":
+        return None
+    return ReplicaKeeper(ReplicaRepo(engine, settings.node_id), blobs, executor.submit, settings.node_stale_seconds)
+
+
 def build(settings: Settings) -> Container:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.effective_database_url)
@@ -259,18 +272,21 @@ def build(settings: Settings) -> Container:
                       tenancy=make_tenancy(settings, engine, remote),
                       budget=WriteBudget(settings.write_buffer_bytes, tenant_share=settings.tenant_buffer_share,
                                          tenant_uploads=settings.tenant_max_uploads),
-                      disk=disk_reserve(settings))
+                      disk=disk_reserve(settings),
+                      peers=PeerJournal(fleet[0], settings.fleet_secret or "", timeout=settings.fleet_peer_timeout)
+                      if fleet else None)
     ensure_bootstrap_key(catalog, settings)
     staging_repo = StagingRepo(engine)
     staging = StagingRunner(staging_repo, remote, gateway.warm_object, settings.node_id)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
-    chore_parts, chores = make_chores(settings, journal, cache, expiry, executor)
+    replicas = make_replicas(settings, engine, blobs, executor)
+    chore_parts, chores = make_chores(settings, journal, cache, expiry, executor, replicas)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
                      policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
-                     upload_expiry=expiry,
+                     upload_expiry=expiry, replicas=replicas,
                      admin=make_admin_parts(settings, engine, staging_repo, journal, executor),
                      chore_parts=chore_parts, chores=chores,
                      fleet=fleet and FleetParts(fleet[0], fleet[1], PeerServer(
                          cache, policies, settings.fleet_secret or "", settings.node_id,
-                         skew=settings.fleet_clock_skew_seconds), settings.fleet_host or settings.host,
+                         skew=settings.fleet_clock_skew_seconds, writes=gateway), settings.fleet_host or settings.host,
                          settings.fleet_port))

@@ -22,6 +22,7 @@ PolicyBucket = Annotated[str, StringConstraints(pattern=POLICY_BUCKET_PATTERN)]
 Mode = Literal["write-back", "write-through", "read-only", "bypass"]
 Revalidate = Literal["immutable", "ttl", "always"]
 Admission = Literal["always", "second-hit"]
+Replicas = Annotated[int, Field(ge=1, le=2, description="Fleet: 2 acknowledges a write once a second node holds it.")]
 Seconds = Annotated[float, Field(ge=0, le=10**9, allow_inf_nan=False)]
 PolicyIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
 BucketQuery = Annotated[str, Query(pattern=BUCKET_PATTERN)]
@@ -38,6 +39,7 @@ class PolicySettings(Model):
     pinned: bool | None = None
     admission: Admission | None = None
     quota_bytes: ByteCount | None = None
+    write_replicas: Replicas | None = None
 
 
 class PolicyIn(PolicySettings):
@@ -56,6 +58,7 @@ class PolicyOut(Out):
     pinned: bool | None
     admission: str | None
     quota_bytes: int | None
+    write_replicas: int | None
 
 
 class EffectivePolicy(Out):
@@ -66,6 +69,7 @@ class EffectivePolicy(Out):
     pinned: bool
     admission: str
     quota_bytes: int | None
+    write_replicas: int
 
 
 class EffectiveOut(Out):

@@ -27,6 +27,7 @@ class Policy:
     pinned: bool = False
     admission: str = "always"
     quota_bytes: int | None = None
+    write_replicas: int = 1  # fleet: nodes that hold a buffered write durably before it is acknowledged
 
     @property
     def caches(self) -> bool:
@@ -62,6 +63,7 @@ class PolicyRule:
     pinned: bool | None = None
     admission: str | None = None
     quota_bytes: int | None = None
+    write_replicas: int | None = None
     id: int | None = None
 
     def overrides(self) -> dict[str, Any]:
@@ -83,6 +85,8 @@ def validate_rule(rule: PolicyRule) -> None:
         raise ValueError("ttl_seconds must be >= 0")
     if rule.quota_bytes is not None and rule.quota_bytes < 0:
         raise ValueError("quota_bytes must be >= 0")
+    if rule.write_replicas is not None and rule.write_replicas not in (1, 2):
+        raise ValueError("write_replicas must be 1 or 2")
 
 
 def resolve(defaults: Policy, rules: list[PolicyRule], bucket: str, key: str) -> Policy:

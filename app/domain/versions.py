@@ -53,3 +53,11 @@ class VersionRow:
     @property
     def is_delete(self) -> bool:
         return self.op == "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A second node's durable copy of a write's blobs (``write_replicas: 2``): its own ids there."""
+
+    node_id: str
+    blobs: list[BlobRef]

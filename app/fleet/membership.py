@@ -15,7 +15,7 @@ import threading
 import time
 
 from app.adapters.catalog.nodes import LiveNode, NodeDirectory
-from app.domain.ownership import block_key, owner
+from app.domain.ownership import block_key, owner, score
 
 log = logging.getLogger("ferry.fleet")
 
@@ -71,6 +71,20 @@ class Membership:
         if chosen is None or chosen == self.node_id:
             return None
         return self._nodes.get(chosen)
+
+    def address_of(self, node_id: str) -> str | None:
+        """The internal address of a live, unsuspected node (buffered writes it holds are read there)."""
+        node = self._nodes.get(node_id)
+        if node is None or node_id in self._suspects or node_id == self.node_id:
+            return None
+        return node.address
+
+    def others(self, seed: bytes) -> list[LiveNode]:
+        """The other live, unsuspected nodes, in rendezvous order for ``seed`` (where replicas go:
+        spread over the fleet, the same order for every node that asks)."""
+        ids = [n for n in self._ids if n != self.node_id]
+        ids.sort(key=lambda n: (score(n, seed), n), reverse=True)
+        return [self._nodes[n] for n in ids if n in self._nodes]
 
     # ---- the refresh thread --------------------------------------------------------------------
     def start(self) -> None:

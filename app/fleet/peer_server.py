@@ -25,6 +25,7 @@ from app.domain.errors import S3Error
 from app.domain.names import validate_bucket_name, validate_key
 from app.domain.ranges import RangeRequest
 from app.fleet import auth
+from app.fleet.journal_server import JOURNAL_PATH, REPLICA_PATH, UNSIGNED, HeldWrites, accept_replica, serve_held
 from app.fleet.peer_client import SERVING_PEER
 from app.fleet.wire import BLOCK_PATH, META, PING_PATH, encode_meta
 from app.services.cache import ReadCache
@@ -40,8 +41,9 @@ STATUS_OF = {"NoSuchKey": 404, "NoSuchBucket": 404, "PreconditionFailed": 412, "
 
 class PeerServer:
     def __init__(self, cache: ReadCache, policies: PolicyBook, secret: str, node_id: str, *,
-                 skew: float = 30.0) -> None:
+                 skew: float = 30.0, writes: HeldWrites | None = None) -> None:
         self.cache = cache
+        self.writes = writes  # buffered writes: peer reads and replicas (app/fleet/journal_server.py)
         self.policies = policies
         self.secret = secret
         self.node_id = node_id
@@ -50,10 +52,17 @@ class PeerServer:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        body_sha256 = await _body_sha256(receive)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         query = scope.get("query_string", b"").decode("latin-1")
+        if scope["method"] == "PUT" and path == REPLICA_PATH and self.writes is not None:
+            # A large body, streamed to disk: signed UNSIGNED-PAYLOAD, checked by its signed MD5.
+            if not auth.verify(self.secret, "PUT", path, query, headers, UNSIGNED, self.skew):
+                await _answer(send, 403, b"forbidden\n")
+                return
+            await accept_replica(self.writes, query, receive, send)
+            return
+        body_sha256 = await _body_sha256(receive)
         if body_sha256 is None or not auth.verify(self.secret, scope["method"], path, query, headers, body_sha256,
                                                   self.skew):
             await _answer(send, 403, b"forbidden\n")
@@ -62,6 +71,8 @@ class PeerServer:
             await _answer(send, 200, json.dumps({"node_id": self.node_id}).encode(), "application/json")
         elif scope["method"] == "GET" and path == BLOCK_PATH:
             await self.block(query, headers, send)
+        elif scope["method"] == "GET" and path == JOURNAL_PATH and self.writes is not None:
+            await serve_held(self.writes, query, headers, send)
         else:
             await _answer(send, 404, b"no such internal path\n")
 

@@ -60,6 +60,10 @@ class Expiry(Protocol):
     def sweep(self) -> int: ...
 
 
+class Sweep(Protocol):
+    def sweep(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Intervals:
     """The settings chores run by (seconds; 0 turns a chore off)."""
@@ -91,6 +95,7 @@ class ChoreParts:
     submit: Callable[[int], None]  # hand a due journal row to the executor
     intervals: Intervals
     sweep_node: str | None = None  # None: every row (a catalog that only this data dir uses)
+    replicas: Sweep | None = None  # fleet: take over lost nodes' writes this node holds copies of
     _running: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
 
 
@@ -131,6 +136,7 @@ class Chore:
 
 CHORES: tuple[Chore, ...] = (
     Chore("sweep", "node", _sweep, lambda i: i.sweep, lambda i: 0.0),
+    Chore("replica-takeover", "node", lambda p: p.replicas.sweep() if p.replicas else 0, lambda i: i.sweep),
     Chore("upload-expiry", "node", lambda p: p.upload_expiry.sweep(), lambda i: i.sweep, lambda i: 0.0),
     # Both hold the janitor lock, a lock of the process: a thread of the same process would get it too.
     Chore("cache-janitor", "node", lambda p: p.cache.janitor_pass(False), lambda i: i.janitor, guard="janitor"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import errno
 import functools
@@ -17,7 +18,7 @@ import anyio.to_thread
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.policy import Policy
-from app.domain.versions import VersionRow
+from app.domain.versions import BlobRef, Replica, VersionRow
 from app.services.bodies import (
     BUCKET_TRUST_SECONDS,
     INLINE_BODY,
@@ -33,7 +34,7 @@ from app.services.destage import Destager
 from app.services.executor import Executor
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
-from app.services.ports import BlobPort, JournalPort, RemotePort, UploadsPort
+from app.services.ports import BlobPort, JournalPort, PeerVersions, RemotePort, UploadsPort
 from app.services.tenancy import Tenancy
 from app.services.writemode import WriteBack, WriteMode, WriteThrough
 
@@ -52,7 +53,8 @@ class GatewayCore:
                  buffer_bytes: int = 64 * 1024**3,
                  inline_lookups: bool = False, eager_parts: bool = True,
                  part_copies: PartCopies | None = None,
-                 budget: WriteBudget | None = None, disk: DiskReserve | None = None) -> None:
+                 budget: WriteBudget | None = None, disk: DiskReserve | None = None,
+                 peers: PeerVersions | None = None) -> None:
         self.catalog = catalog
         self.tenancy = tenancy  # bucket ownership (Tenancy(shared=True) lets everyone in)
         self.blobs = blobs
@@ -76,6 +78,8 @@ class GatewayCore:
         self._ahead_limiter = anyio.CapacityLimiter(part_concurrency)
         self.budget = budget or WriteBudget(buffer_bytes)  # bodies being received by this process
         self.disk = disk  # the data directory's free space, when budgeted against it
+        # Fleet mode: other nodes' buffered writes are read from them (None: every row is ours).
+        self.peers = peers
         self._dirty_cached = 0  # the journal's dirty bytes as last read (see _dirty_bytes)
         self._dirty_read_at = -1.0
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
@@ -115,6 +119,30 @@ class GatewayCore:
     async def _written(self, bucket: str, key: str) -> None:
         """After a write is accepted: no cached copy of the old version is served again."""
         await self.cache.invalidate(bucket, key)
+
+    async def _replicate(self, bucket: str, key: str, pieces: list[BlobRef]) -> Replica | None:
+        """Fleet, ``write_replicas: 2``: a second live node holds the pieces durably before the
+        row commits (and so before the answer). No node to take them: 503 SlowDown, nothing
+        committed. Embedded mode has no second node: the policy has no effect there."""
+        if self.peers is None or self.policy(bucket, key).write_replicas < 2:
+            return None
+        return await self.peers.replicate(pieces, self.blobs.path)
+
+    async def accept_replica(self, body: BodyStream, size: int, md5_hex: str) -> str:
+        """The internal endpoint's side of ``_replicate``: one piece, received, checked against
+        its MD5 and fsynced here; returns its blob id on this node. The blob keeps its intent
+        record (``tmp/``) until the origin's row commits: a restart keeps it only if a replica
+        record names it (``Journal.blobs_referenced``)."""
+        try:
+            md5_b64 = base64.b64encode(bytes.fromhex(md5_hex)).decode()
+        except ValueError as exc:
+            raise S3Error("InvalidDigest") from exc
+        reserved = await self._reserve(size, write_back=False)  # the disk's reserve still applies
+        try:
+            received = await self.receive(body, ExpectedDigests(content_md5=md5_b64, declared_size=size), size)
+        finally:
+            self._release(reserved)
+        return await self._run(self.blobs.commit, received.staging)
 
     def _submit(self, row: VersionRow) -> None:
         self.executor.submit(row.seq)

@@ -230,13 +230,14 @@ class MultipartService(GatewayCore):
         size = sum(p.size for p in pieces)
         remote_id = await self._run(self.catalog.remote_upload, upload_id)
         if await mode.journals(bucket, key):
-            # The parts become the object's blobs: no byte is copied again.
+            # The parts become the object's blobs: no byte is copied again (here; a replica is a copy).
+            replica = await self._replicate(bucket, key, pieces)
             row = await self._run(functools.partial(
                 self.journal.append_put, bucket, key, size, etag, pieces, multipart=True,
                 content_headers=content, metadata=metadata,
                 checksums=composite_checksum(info.checksum_algorithm, pieces),
                 checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=claim,
-                remote_upload_id=remote_id, invalidate_cache=True))
+                remote_upload_id=remote_id, invalidate_cache=True, replica=replica))
             unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
             for blob in unused:
                 await self._run(self.blobs.delete, blob)

@@ -9,13 +9,14 @@ Blocking methods: the services call them in threads.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes, PartInfo, UploadInfo
 from app.domain.uploads import CompletedUpload, UploadClaim
-from app.domain.versions import BlobRef, VersionRow
+from app.domain.versions import BlobRef, Replica, VersionRow
 
 
 class RemoteBuckets(Protocol):
@@ -72,7 +73,7 @@ class JournalWrites(Protocol):
                    multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
                    checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
                    complete_upload: UploadClaim | None = None, remote_upload_id: str | None = None,
-                   invalidate_cache: bool = False) -> VersionRow: ...
+                   invalidate_cache: bool = False, replica: Replica | None = None) -> VersionRow: ...
     def append_delete(self, bucket: str, key: str, tenant_id: int | None, *,
                       invalidate_cache: bool = False) -> VersionRow: ...
     def latest_dirty(self, bucket: str, key: str) -> VersionRow | None: ...
@@ -158,3 +159,28 @@ class BlockSource(Protocol):
     def open_range(self, bucket: str, key: str, etag: str, first: int, last: int) -> BinaryIO: ...
     def get_object(self, bucket: str, key: str, byte_range: str | None = None,
                    if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]: ...
+
+
+class PeerBody(Protocol):
+    """An open answer of another node: its bytes, and how to let go of the connection."""
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+    def close(self) -> None: ...
+
+
+class PeerVersions(Protocol):
+    """Buffered versions whose bytes are on another node of the fleet (its internal endpoint).
+
+    ``open`` asks ``row.node_id`` for bytes ``first..last`` of the row's blobs. It answers None
+    when that node no longer holds the row (destaged and dropped, or taken over), and raises
+    ``S3Error('ServiceUnavailable')`` when the node is gone or unreachable: a reader must then
+    never be served an older version from the remote instead."""
+
+    node_id: str
+
+    async def open(self, row: VersionRow, first: int, last: int) -> PeerBody | None: ...
+
+    async def replicate(self, pieces: list[BlobRef], path: Callable[[str], Path]) -> Replica:
+        """Copy the pieces (files at ``path(blob)``) to one other live node, which fsyncs them
+        before it answers; raises ``S3Error('SlowDown')`` when no live node takes them."""
+        ...

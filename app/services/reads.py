@@ -17,6 +17,7 @@ from app.domain.objects import (
 )
 from app.domain.policy import Policy
 from app.domain.ranges import WHOLE, RangeRequest
+from app.domain.states import DIRTY
 from app.domain.versions import VersionRow
 from app.services.bodies import (
     READ_CHUNK,
@@ -83,16 +84,14 @@ class ReadsService(GatewayCore):
         validate_key(key)
         policy = self.policy(bucket, key)
         row, entry = await self._lookup(bucket, key, policy)
+        buffered = row is not None
         if row is not None:
-            meta = _local_meta(row)
-            conditions.check(meta.etag, meta.last_modified)
-            local = await self._open_local(row, rng)
-            if local is not None:
-                return local
-            entry = None  # destaged meanwhile: look the cache up again
+            opened = await self._open_buffered(row, rng, conditions)
+            if opened is not None:
+                return opened
         if policy.caches:
             cached = await self.cache.read(bucket, key, rng.header, rng.resolve, policy, tenant_id,
-                                           entry if row is None else LOOKUP, file_ranges=file_ranges,
+                                           LOOKUP if buffered else entry, file_ranges=file_ranges,
                                            conditions=conditions)
             if cached is not None:
                 return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files)
@@ -124,6 +123,68 @@ class ReadsService(GatewayCore):
             body.close()
             meta, body = await self._run(self.remote.get_object, bucket, key, None)
         return ObjectRead(meta, served, self._stream_remote(body), body.close)
+
+    async def _open_buffered(self, row: VersionRow, rng: RangeRequest, conditions: Conditions) -> ObjectRead | None:
+        """Serve the key's newest buffered version from its blobs, here or on the node that holds
+        them; None once it is durable (the remote has it now). While the version is buffered and
+        its bytes cannot be had (its node is gone), the answer is 503: an older version from the
+        remote or the cache would go back in time."""
+        current: VersionRow | None = row
+        for _ in range(5):
+            if current is None:
+                return None
+            meta = _local_meta(current)
+            conditions.check(meta.etag, meta.last_modified)
+            if self.peers is None or current.node_id == self.peers.node_id:
+                opened = await self._open_local(current, rng)
+            else:
+                opened = await self._open_peer(current, rng)
+            if opened is not None:
+                return opened
+            # Its bytes left the place the row named: destaged and dropped, or taken over.
+            assert self.journal is not None
+            again = await self._run(self.journal.latest_dirty, current.bucket, current.key)
+            if again is not None and again.seq == current.seq and again.generation == current.generation \
+                    and again.node_id == current.node_id:
+                break
+            current = again
+        raise S3Error("ServiceUnavailable", "The node holding this object's latest write cannot serve it now.")
+
+    async def open_held_version(self, seq: int, rng: RangeRequest) -> ObjectRead | None:
+        """The internal endpoint's side of a peer read: the bytes of buffered version ``seq`` if
+        this node's data directory holds them, else None (durable and dropped, or not ours)."""
+        row = await self._run(self.journal.get, seq)
+        if row is None or row.state not in DIRTY or row.is_delete:
+            return None
+        if self.peers is not None and row.node_id != self.peers.node_id:
+            return None
+        return await self._open_local(row, rng)
+
+    async def _open_peer(self, row: VersionRow, requested: RangeRequest) -> ObjectRead | None:
+        """Stream a buffered version from the node whose data directory holds it (fleet)."""
+        assert self.peers is not None
+        meta = _local_meta(row)
+        rng = requested.resolve(meta.size)
+        first, last = (rng.first, rng.last) if rng else (0, meta.size - 1)
+        if last < first:  # an empty object: nothing to fetch
+            return ObjectRead(meta, rng, _nothing(), lambda: None)
+        body = await self.peers.open(row, first, last)
+        if body is None:
+            return None
+        want = last - first + 1
+
+        async def stream() -> AsyncIterator[bytes]:
+            got = 0
+            try:
+                async for chunk in body.chunks():
+                    got += len(chunk)
+                    yield chunk
+                if got != want:  # the holder died mid-body: drop the connection, never a short body
+                    raise S3Error("ServiceUnavailable", "The node holding this object stopped mid-body.")
+            finally:
+                body.close()
+
+        return ObjectRead(meta, rng, stream(), body.close)
 
     async def _open_local(self, row: VersionRow, requested: RangeRequest) -> ObjectRead | None:
         """Serve a not-yet-durable version from its blobs (read-your-writes)."""
@@ -180,6 +241,11 @@ class ReadsService(GatewayCore):
             raise S3Error("ServiceUnavailable", f"The remote stream failed: {exc}") from exc
         finally:
             body.close()
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
 
 
 def _local_meta(row: VersionRow) -> ObjectMeta:

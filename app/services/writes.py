@@ -11,7 +11,7 @@ from app.domain.names import validate_key, validate_object_size
 from app.domain.objects import (
     ObjectMeta,
 )
-from app.domain.versions import BlobRef, VersionRow
+from app.domain.versions import BlobRef, Replica, VersionRow
 from app.services.bodies import (
     MAX_PUT_SIZE,
     BodyStream,
@@ -61,22 +61,32 @@ class WritesService(GatewayCore):
         """fsync the body into the store, commit its journal row, hand it to the executor
         (unless ``submit`` is False: the caller destages it itself)."""
         journal = self.journal
+        size, md5 = received.staging.size, received.digests.md5_hex()
 
-        def commit() -> VersionRow:  # one thread hop for both fsyncs (body, then journal)
-            blob = self.blobs.commit(received.staging)
-            piece = BlobRef(blob, received.staging.size, received.digests.md5_hex(), received.checksums)
+        def commit(piece: BlobRef | None, replica: Replica | None) -> VersionRow:
+            """One thread hop for both fsyncs (body, then journal) when nothing is replicated."""
+            piece = piece or BlobRef(self.blobs.commit(received.staging), size, md5, received.checksums)
             try:
                 row = journal.append_put(
                     bucket, key, piece.size, piece.etag, [piece], multipart=False, content_headers=content_headers,
                     metadata=metadata, checksums=received.checksums, checksum_algorithm=None, tenant_id=tenant_id,
-                    invalidate_cache=True)
+                    invalidate_cache=True, replica=replica)
             except BaseException:
-                self.blobs.delete(blob)
+                self.blobs.delete(piece.blob)
                 raise
-            self.blobs.settle(blob)  # a committed row holds it: no longer crash garbage
+            self.blobs.settle(piece.blob)  # a committed row holds it: no longer crash garbage
             return row
 
-        row = await self._run(commit)
+        if self.peers is not None and self.policy(bucket, key).write_replicas > 1:
+            piece = BlobRef(await self._run(self.blobs.commit, received.staging), size, md5, received.checksums)
+            try:
+                replica = await self._replicate(bucket, key, [piece])
+            except BaseException:
+                await self._run(self.blobs.delete, piece.blob)
+                raise
+            row = await self._run(commit, piece, replica)
+        else:
+            row = await self._run(commit, None, None)
         self._dirty_cached += row.size  # until the next re-read, count what this process added
         if submit:
             self._submit(row)

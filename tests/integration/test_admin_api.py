@@ -282,6 +282,8 @@ def test_policy_crud_and_effective(api: httpx.Client) -> None:
     {"bucket": "NOT_A_BUCKET"},
     {"bucket": "b-ok", "prefix": "a\u0000b"},
     {"bucket": "b-ok", "admission": "never"},
+    {"bucket": "b-ok", "write_replicas": 3},
+    {"bucket": "b-ok", "write_replicas": 0},
 ])
 def test_policy_validation(api: httpx.Client, body: dict[str, Any]) -> None:
     r = api.post("/admin/policies", json=body)

@@ -72,7 +72,7 @@ class Fleet:
         self.nodes[i].start(timeout=90)
         worker = self.celery[i]
         if worker is not None:
-            worker.start()
+            worker.start(timeout=90)  # as long as a gateway: a loaded machine starts both slowly
 
     def kill(self, i: int) -> None:
         """kill -9 of node ``i`` (0-based): its gateway and its Celery worker."""

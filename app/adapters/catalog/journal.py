@@ -24,9 +24,9 @@ from app.adapters.catalog.cache_index import invalidate_key
 from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.journal_moves import move_rows
 from app.adapters.catalog.repo import UploadClaim, finish_upload
-from app.adapters.catalog.tables import MultipartPart, ObjectVersion
+from app.adapters.catalog.tables import JournalReplica, MultipartPart, ObjectVersion
 from app.domain.states import DIRTY, TERMINAL, VersionState
-from app.domain.versions import BlobRef, VersionRow
+from app.domain.versions import BlobRef, Replica, VersionRow
 
 DIRTY_VALUES = tuple(s.value for s in DIRTY)
 
@@ -72,10 +72,11 @@ class Journal:
                    multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
                    checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
                    complete_upload: UploadClaim | None = None, remote_upload_id: str | None = None,
-                   invalidate_cache: bool = False) -> VersionRow:
+                   invalidate_cache: bool = False, replica: Replica | None = None) -> VersionRow:
         """Insert a buffered PUT. With ``complete_upload`` the same commit turns the claimed upload
         into its kept result and drops its part rows, or nothing commits (ClaimLost): one upload
-        never yields two rows sharing its part blobs."""
+        never yields two rows sharing its part blobs. With ``replica`` the record of a second
+        node's copy commits with the row: a replicated write never exists without its copy."""
         row = ObjectVersion(
             bucket=bucket, key=key, op="put", state=VersionState.BUFFERED.value, generation=0, size=size,
             etag=etag, blobs_json=json.dumps([b.as_json() for b in blobs]), remote_upload_id=remote_upload_id,
@@ -90,6 +91,9 @@ class Journal:
             if invalidate_cache:  # cached copies of the old version die in the same commit
                 invalidate_key(s.connection(), bucket, key)
             s.flush()
+            if replica is not None:
+                s.add(JournalReplica(seq=row.seq, node_id=replica.node_id, created_at=time.time(),
+                                     blobs_json=json.dumps([b.as_json() for b in replica.blobs])))
             return _row(row)
 
     def append_delete(self, bucket: str, key: str, tenant_id: int | None, *,
@@ -222,6 +226,9 @@ class Journal:
                                            .where(ObjectVersion.state.in_(DIRTY_VALUES))):
                 found |= {b[0] for b in json.loads(blobs_json)} & wanted
             found |= set(s.scalars(select(MultipartPart.blob).where(MultipartPart.blob.in_(wanted))))
+            for (blobs_json,) in s.execute(select(JournalReplica.blobs_json)
+                                           .where(JournalReplica.node_id == self.node_id)):
+                found |= {b[0] for b in json.loads(blobs_json)} & wanted  # copies held for other nodes
         return found
 
     # ---- state changes (compare-and-swap) ------------------------------------------------------
@@ -232,6 +239,8 @@ class Journal:
             row = s.get(ObjectVersion, seq)
             if row is None or row.state != VersionState.BUFFERED.value:
                 return None
+            if self.is_postgres and row.node_id != self.node_id:
+                return None  # a shared catalog: its bytes are on another node (or it was taken over)
             if self.is_postgres:
                 s.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _key_lock_id(row.bucket, row.key)})
             other = aliased(ObjectVersion)

@@ -10,7 +10,7 @@ from sqlalchemy.orm import sessionmaker
 from app.adapters.catalog.tables import Policy as PolicyRow
 from app.domain.policy import PolicyRule, validate_rule
 
-_FIELDS = ("mode", "revalidate", "ttl_seconds", "serve_stale", "pinned", "admission", "quota_bytes")
+_FIELDS = ("mode", "revalidate", "ttl_seconds", "serve_stale", "pinned", "admission", "quota_bytes", "write_replicas")
 
 
 def _rule(row: PolicyRow) -> PolicyRule:

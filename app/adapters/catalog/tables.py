@@ -164,7 +164,25 @@ class Policy(Base):
     pinned: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     admission: Mapped[str | None] = mapped_column(String(16), nullable=True)  # always|second-hit
     quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    write_replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)  # 1 | 2 (fleet)
     updated_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class JournalReplica(Base):
+    """A second node's copy of a buffered write (``write_replicas: 2``): its own blob ids there.
+
+    Inserted in the same commit as the journal row, so a row that asked for a replica never
+    exists without one. If the row's node is lost, the replica's node takes the row over (its
+    ``node_id`` and ``blobs_json`` become the replica's) and destages it.
+    """
+
+    __tablename__ = "journal_replicas"
+
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                     ForeignKey("object_versions.seq", ondelete="CASCADE"), primary_key=True)
+    node_id: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+    blobs_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class CacheEntry(Base):
