@@ -28,8 +28,10 @@ from app.adapters.catalog.stats import CatalogStats
 from app.adapters.catalog.tenants import TenantRepo
 from app.adapters.catalog.tokens import TokenRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
+from app.adapters.remote_router import RemoteRouter
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
+from app.domain.profiles import profile_named
 from app.services.budget import DiskReserve, WriteBudget
 from app.services.destage import Destager
 from app.services.durability import Durability
@@ -67,7 +69,7 @@ class Container:
     settings: Settings
     catalog: Catalog
     blobs: BlobStore
-    remote: RemoteStore
+    remote: RemoteRouter  # every bucket's remote (mapped or the settings' default)
     journal: Journal
     destager: Destager
     executor: EmbeddedExecutor | CeleryExecutor
@@ -98,6 +100,15 @@ def remote_config(settings: Settings) -> RemoteConfig:
     )
 
 
+def make_remote(settings: Settings, engine: Engine | None) -> RemoteRouter:
+    """The default remote from settings, and the registered remotes the bucket mappings route
+    to (re-read every FERRY_REMOTE_REFRESH_SECONDS: a rotated key applies without a restart)."""
+    cfg = remote_config(settings)
+    return RemoteRouter(RemoteStore(cfg), profile_named(settings.remote_profile),
+                        RemoteRepo(engine) if engine is not None else None, cfg,
+                        refresh_seconds=settings.remote_refresh_seconds)
+
+
 def ensure_bootstrap_key(catalog: Catalog, settings: Settings) -> None:
     """Create the FERRY_ACCESS_KEY tenant key on first start (several workers may race)."""
     if not settings.access_key or not settings.secret_key:
@@ -111,7 +122,7 @@ def ensure_bootstrap_key(catalog: Catalog, settings: Settings) -> None:
                 raise
 
 
-def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote: RemoteStore,
+def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote: RemoteRouter,
                   part_copies: PartCopies | None = None) -> Destager:
     return Destager(journal, blobs, remote, lease_seconds=settings.destage_lease_seconds,
                     max_attempts=settings.destage_max_attempts, part_concurrency=settings.multipart_concurrency,
@@ -155,7 +166,7 @@ def seed_policies(repo: PolicyRepo, settings: Settings) -> None:
             pass  # another worker seeded it at the same moment
 
 
-def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies: PolicyBook,
+def make_cache(settings: Settings, engine: Engine, remote: RemoteRouter, policies: PolicyBook,
                journal: Journal) -> ReadCache:
     if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
         # Its own connections, which commit without the WAL fsync (see make_engine).
@@ -185,7 +196,7 @@ def build(settings: Settings) -> Container:
     engine = make_engine(settings.effective_database_url)
     catalog = Catalog(engine, settings.node_id)
     blobs = BlobStore(settings.data_dir, fsync=settings.fsync)
-    remote = RemoteStore(remote_config(settings))
+    remote = make_remote(settings, engine)
     journal = Journal(engine, settings.node_id)
     part_copies = PartCopies()  # parts on their way to the remote, which the destage waits for
     destager = make_destager(settings, journal, blobs, remote, part_copies)

@@ -35,7 +35,7 @@ from app import metrics
 from app.adapters.blockformat import DATA_OFFSET
 from app.adapters.cachestore import CacheStore, block_name, meta_lock_name
 from app.adapters.catalog.cache_index import CacheIndex, Entry
-from app.adapters.remote import RemoteStore, read_available
+from app.adapters.remote import read_available
 from app.domain.checksums import new_checksum, whole_object_checksum
 from app.domain.errors import S3Error
 from app.domain.objects import FileRange, FileSegment, ObjectMeta
@@ -45,6 +45,7 @@ from app.domain.states import CacheState
 from app.services.blockfill import INLINE_READ, SEND_CHUNK, Fill
 from app.services.budget import DiskReserve
 from app.services.policies import PolicyBook
+from app.services.ports import RemotePort
 from app.services.recording import PendingEntry, Recording, row_id
 from app.services.scrub import Scrub
 
@@ -103,7 +104,7 @@ def _first_byte(range_header: str | None) -> int | None:
 
 
 class ReadCache:
-    def __init__(self, index: CacheIndex, store: CacheStore, remote: RemoteStore, policies: PolicyBook, *,
+    def __init__(self, index: CacheIndex, store: CacheStore, remote: RemotePort, policies: PolicyBook, *,
                  block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
                  dirty_bytes: Callable[[], int] | None = None, revalidate_interval: float = 60.0,
                  limiter: anyio.CapacityLimiter | None = None, disk: DiskReserve | None = None) -> None:
