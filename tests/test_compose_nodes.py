@@ -7,6 +7,7 @@ file mounts scrapes every gateway and every worker on the ports they serve.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ def compose() -> dict[str, Any]:
     return dict(yaml.safe_load((ROOT / "docker-compose.yml").read_text()))
 
 
+def _default(value: str) -> str:
+    """A ``${NAME:-default}`` value as compose resolves it with NAME unset."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+
+
 def _data_volume(service: dict[str, Any]) -> str:
     found = [str(v).split(":", 1)[0] for v in service.get("volumes", []) if str(v).endswith(":/data")]
     assert len(found) == 1, service.get("volumes")
@@ -35,7 +41,7 @@ def test_three_nodes_each_with_gateway_worker_and_beat(compose: dict[str, Any]) 
     for node_id, (gateway, worker, beat) in NODES.items():
         for name in (gateway, worker, beat):
             env = services[name]["environment"]
-            assert env["FERRY_NODE_ID"].endswith(node_id) or env["FERRY_NODE_ID"] == node_id, (name, env)
+            assert _default(env["FERRY_NODE_ID"]) == node_id, (name, env["FERRY_NODE_ID"])
         assert services[gateway]["command"][:2] == ["ferry", "serve"]
         assert services[worker]["command"][:4] == ["celery", "-A", "workers.celery_app", "worker"]
         assert services[beat]["command"][:4] == ["celery", "-A", "workers.celery_app", "beat"]
