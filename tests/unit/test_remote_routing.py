@@ -133,7 +133,7 @@ def test_profiles_decide_which_keys_a_bucket_accepts(tmp_path: Path) -> None:
         (tmp_path / profile.name).mkdir()
         svc = build(tmp_path / profile.name, remote)
 
-        async def scenario(svc: object = svc, accepted: bool = accepted) -> None:
+        async def scenario(svc: object = svc, accepted: bool = accepted, remote: InMemoryRemote = remote) -> None:
             for key, data in (("a//b", b"x"), ("/lead", b"y"), ("dir/", b"bytes in a folder key"),
                               ("s" * 300, b"z"), ("a/../b", b"w")):
                 if accepted:
