@@ -11,6 +11,7 @@ removed at start (their counters restart at zero, as a restarted process's would
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from celery import signals
 
 from app.config import get_settings
 
+log = logging.getLogger("ferry.worker")
 _PID_FILE = re.compile(r"_(\d+)\.db$")
 
 
@@ -62,8 +64,12 @@ def serve_metrics(**_: Any) -> None:
 
     from app import metrics
 
-    start_http_server(settings.worker_metrics_port, addr=settings.worker_metrics_host,
-                      registry=metrics.process_registry())
+    try:
+        start_http_server(settings.worker_metrics_port, addr=settings.worker_metrics_host,
+                          registry=metrics.process_registry())
+    except OSError as exc:  # the port is taken: destage matters more than its counters
+        log.error("worker metrics not served on %s:%s: %s", settings.worker_metrics_host,
+                  settings.worker_metrics_port, exc)
 
 
 @signals.worker_process_shutdown.connect

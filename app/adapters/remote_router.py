@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -66,6 +67,7 @@ class RemoteRouter:
         self._routes: dict[str, Route] = {}
         self._loaded_at = 0.0
         self._refreshing = False
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         if repo is not None:
             self.refresh()
@@ -122,6 +124,8 @@ class RemoteRouter:
         if self.repo is None or time.monotonic() - self._loaded_at < self.refresh_seconds:
             return
         with self._lock:
+            if self._pid != os.getpid():  # forked (a prefork pool): the parent's thread is not ours
+                self._pid, self._refreshing = os.getpid(), False
             if self._refreshing:
                 return
             self._refreshing = True
