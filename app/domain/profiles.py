@@ -20,12 +20,13 @@ class RemoteProfile:
     name: str
     path_keys: bool  # keys are filesystem paths: no '//', leading '/', '\\', '.'/'..', segments <= 255 bytes
     empty_folders: bool  # a key ending in '/' is a directory: it cannot hold bytes
+    ordered_listing: bool  # LIST pages are in S3's byte order: a key absent from a page's span is gone
     description: str
 
 
-AWS = RemoteProfile("aws", path_keys=False, empty_folders=False,
+AWS = RemoteProfile("aws", path_keys=False, empty_folders=False, ordered_listing=True,
                     description="AWS S3 (and stores that keep keys as opaque strings): every key S3 accepts")
-SEAWEEDFS = RemoteProfile("seaweedfs", path_keys=True, empty_folders=True,
+SEAWEEDFS = RemoteProfile("seaweedfs", path_keys=True, empty_folders=True, ordered_listing=False,
                           description="a filesystem-backed store (SeaweedFS, MinIO): keys are paths")
 
 PROFILES: dict[str, RemoteProfile] = {p.name: p for p in (AWS, SEAWEEDFS)}

@@ -13,14 +13,20 @@ from pathlib import Path
 
 import pytest
 
+from app.adapters.cachestore import CacheStore
+from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
+from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.remotes import RemoteRepo
 from app.adapters.remote import RemoteConfig
 from app.adapters.remote_router import RemoteRouter
 from app.config import Settings
 from app.domain.errors import S3Error
-from app.domain.profiles import AWS, SEAWEEDFS
+from app.domain.policy import Policy
+from app.domain.profiles import AWS, SEAWEEDFS, RemoteProfile
+from app.services.policies import PolicyBook
+from app.services.readcache import ReadCache
 from app.taskqueue import destage_limits
 from tests.fakes.harness import build
 from tests.fakes.remote import InMemoryRemote
@@ -155,3 +161,27 @@ def test_destage_limits_order_the_celery_timeouts() -> None:
     soft, hard, visibility = destage_limits(settings)
     assert soft == 600 and hard == 660 and visibility == 720
     assert visibility > hard + settings.destage_lease_seconds  # never redelivered while running
+
+
+@pytest.mark.parametrize("profile", [AWS, SEAWEEDFS], ids=lambda p: p.name)
+def test_bulk_revalidation_asks_a_head_only_where_listings_may_be_out_of_order(tmp_path: Path,
+                                                                              profile: RemoteProfile) -> None:
+    """A key gone from the remote: an ordered LIST (aws) proves it; a filesystem-backed one
+    (seaweedfs lists directory by directory) gets a HEAD before the entry is dropped."""
+    url = f"sqlite:///{tmp_path / 'ferry.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    remote = InMemoryRemote(profile=profile)
+    remote.create_bucket("bkt", None)
+    cache = ReadCache(CacheIndex(engine, "node-a"), CacheStore(tmp_path), remote,
+                      PolicyBook(PolicyRepo(engine), Policy()), block_size=1000)
+    for key in ("a/1", "a/2", "b/3"):
+        data = key.encode() * 10
+        md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
+        remote.put_object("bkt", key, io.BytesIO(data), len(data), md5, {}, {}, {})
+        assert cache.index.put_ready(remote.head_object("bkt", key), "bkt", 1000, None, False, time.time() - 1)
+    remote.delete_object("bkt", "a/2")
+    stats = cache.revalidate_bucket("bkt")
+    assert (stats["unchanged"], stats["deleted"]) == (2, 1)
+    assert stats.get("heads", 0) == (0 if profile.ordered_listing else 1)
+    assert [e.key for e in cache.index.under("bkt", "", None, 10)] == ["a/1", "b/3"]
