@@ -139,8 +139,10 @@ def test_two_buckets_on_two_remotes_through_one_node(request: pytest.FixtureRequ
                                                      tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     bucket_a, bucket_b, remote_bucket_b = f"ra-{tag}", f"rb-{tag}", f"far-{tag}"
+    bucket_m, remote_bucket_m = f"rm-{tag}", f"near-{tag}"
     direct_a, direct_b = region_a.client(), region_b.client()
     direct_a.create_bucket(Bucket=bucket_a)
+    direct_a.create_bucket(Bucket=remote_bucket_m)
     direct_b.create_bucket(Bucket=remote_bucket_b)
     direct_b.put_object(Bucket=remote_bucket_b, Key="cold/b.txt", Body=b"only in region B")
     with fleet_env(request, fleet) as env, node(region_a, tmp_path / "gw", env) as (gw, _worker):
@@ -148,7 +150,14 @@ def test_two_buckets_on_two_remotes_through_one_node(request: pytest.FixtureRequ
         mapping = admin(gw, "PUT", f"/admin/bucket-mappings/{bucket_b}",
                         {"remote_id": remote["id"], "remote_bucket": remote_bucket_b})
         assert mapping["remote_name"] == remote["name"]
+        # A third bucket mapped to region A registered as a remote of its own (another name there).
+        near = admin(gw, "POST", "/admin/remotes", {"name": f"region-a-{tag}", "endpoint": region_a.endpoint,
+                                                    "access_key": region_a.access_key,
+                                                    "secret_key": region_a.secret_key})
+        admin(gw, "PUT", f"/admin/bucket-mappings/{bucket_m}", {"remote_id": near["id"],
+                                                               "remote_bucket": remote_bucket_m})
         s3 = gw.client()
+        s3.put_object(Bucket=bucket_m, Key="m.txt", Body=b"mapped in region A")
         body_a, body_b = os.urandom(70_000), os.urandom(90_000)
         s3.put_object(Bucket=bucket_a, Key="w/a.bin", Body=body_a)
         s3.put_object(Bucket=bucket_b, Key="w/b.bin", Body=body_b)
@@ -172,6 +181,8 @@ def test_two_buckets_on_two_remotes_through_one_node(request: pytest.FixtureRequ
 
         gw.flush()  # destage: the embedded executor, or the node's Celery worker
         assert keys_of(direct_a, bucket_a) == ["w/a.bin"]
+        assert body_of(direct_a, remote_bucket_m, "m.txt") == b"mapped in region A"
+        assert body_of(s3, bucket_m, "m.txt") == b"mapped in region A"
         assert keys_of(direct_b, remote_bucket_b) == ["cold/b.txt", "w/b.bin", "w/dup.bin", "w/multi.bin"]
         assert body_of(direct_b, remote_bucket_b, "w/b.bin") == body_b
         assert hashlib.sha256(body_of(direct_b, remote_bucket_b, "w/multi.bin")).digest() == \
@@ -179,8 +190,9 @@ def test_two_buckets_on_two_remotes_through_one_node(request: pytest.FixtureRequ
         assert body_of(direct_b, remote_bucket_b, "w/dup.bin") == dup
         names_a = {b["Name"] for b in direct_a.list_buckets()["Buckets"]}
         assert bucket_b not in names_a and remote_bucket_b not in names_a, "region B's data reached region A"
+        assert bucket_m not in names_a  # only its remote name exists there
         listed = {b["Name"] for b in s3.list_buckets()["Buckets"]}
-        assert {bucket_a, bucket_b} <= listed
+        assert {bucket_a, bucket_b, bucket_m} <= listed and remote_bucket_b not in listed
 
         # Profiles: region B turns "aws"; its bucket stops refusing keys a filesystem would
         # rename (a read of one is a plain NoSuchKey), region A's (seaweedfs) still refuses.
