@@ -194,6 +194,14 @@ def test_two_buckets_on_two_remotes_through_one_node(request: pytest.FixtureRequ
         listed = {b["Name"] for b in s3.list_buckets()["Buckets"]}
         assert {bucket_a, bucket_b, bucket_m} <= listed and remote_bucket_b not in listed
 
+        # Write-through on region B: at once there, and a DeleteObjects goes there too.
+        admin(gw, "POST", "/admin/policies", {"bucket": bucket_b, "prefix": "wt/", "mode": "write-through"})
+        s3.put_object(Bucket=bucket_b, Key="wt/now.txt", Body=b"through to B")
+        assert body_of(direct_b, remote_bucket_b, "wt/now.txt") == b"through to B"
+        deleted = s3.delete_objects(Bucket=bucket_b, Delete={"Objects": [{"Key": "wt/now.txt"}]})
+        assert [d["Key"] for d in deleted.get("Deleted", [])] == ["wt/now.txt"] and not deleted.get("Errors")
+        assert "wt/now.txt" not in keys_of(direct_b, remote_bucket_b)
+
         # Profiles: region B turns "aws"; its bucket stops refusing keys a filesystem would
         # rename (a read of one is a plain NoSuchKey), region A's (seaweedfs) still refuses.
         admin(gw, "PATCH", f"/admin/remotes/{remote['id']}", {"profile": "aws"})
