@@ -42,9 +42,12 @@ class Route:
     """Where one gateway bucket lives."""
 
     store: RemoteStore
-    bucket: str  # the bucket's name on that remote
+    remote_bucket: str | None  # the bucket's name on that remote (None: the gateway's name)
     profile: RemoteProfile
     remote: str  # the registered remote's name, "default" for the settings' one
+
+    def name(self, bucket: str) -> str:
+        return self.remote_bucket or bucket
 
 
 def _fingerprint(info: RemoteInfo) -> tuple[Any, ...]:
@@ -58,7 +61,7 @@ class RemoteRouter:
     def __init__(self, default: RemoteStore, default_profile: RemoteProfile, repo: RemoteRepo | None,
                  base: RemoteConfig, *, refresh_seconds: float = 2.0,
                  factory: Callable[[RemoteConfig], RemoteStore] = RemoteStore) -> None:
-        self.default = Route(default, "", default_profile, "default")
+        self.default = Route(default, None, default_profile, "default")
         self.repo = repo
         self.base = base  # timeouts, pool and circuit settings every registered remote inherits
         self.refresh_seconds = refresh_seconds
@@ -139,12 +142,9 @@ class RemoteRouter:
         threading.Thread(target=run, name="ferry-remote-routes", daemon=True).start()
 
     def route(self, bucket: str) -> Route:
-        """The remote and remote bucket name of a gateway bucket."""
+        """The remote of a gateway bucket (``Route.name(bucket)``: its name there)."""
         self._maybe_refresh()
-        found = self._routes.get(bucket)
-        if found is not None:
-            return found
-        return Route(self.default.store, bucket, self.default.profile, "default")
+        return self._routes.get(bucket, self.default)
 
     def profile(self, bucket: str) -> RemoteProfile:
         """The capability profile of the bucket's remote (which keys it can hold)."""
@@ -159,14 +159,14 @@ class RemoteRouter:
         try:
             yield
         except S3Error as err:
-            if route.bucket != bucket and err.fields.get("BucketName") == route.bucket:
+            if route.name(bucket) != bucket and err.fields.get("BucketName") == route.remote_bucket:
                 err.fields["BucketName"] = bucket
             raise
 
     def _call(self, name: str, bucket: str, *args: Any, **kwargs: Any) -> Any:
         route = self.route(bucket)
         with self._named(route, bucket):
-            return getattr(route.store, name)(route.bucket, *args, **kwargs)
+            return getattr(route.store, name)(route.name(bucket), *args, **kwargs)
 
     # ---- buckets -------------------------------------------------------------------------------
     def list_buckets(self) -> list[BucketInfo]:
@@ -181,8 +181,8 @@ class RemoteRouter:
             try:
                 there = {b.name: b.created for b in entries[0][1].store.list_buckets()}
             except S3Error:
-                there = {route.bucket: datetime.fromtimestamp(0).astimezone() for _, route in entries}
-            listed += [BucketInfo(bucket, there[route.bucket]) for bucket, route in entries if route.bucket in there]
+                there = {route.name(b): datetime.fromtimestamp(0).astimezone() for b, route in entries}
+            listed += [BucketInfo(b, there[route.name(b)]) for b, route in entries if route.name(b) in there]
         return sorted(listed, key=lambda b: b.name)
 
     def create_bucket(self, bucket: str, location: str | None) -> None:
@@ -237,14 +237,14 @@ class RemoteRouter:
         if dst.store is src.store:
             with self._named(src, src_bucket), self._named(dst, bucket):
                 result: tuple[str, datetime] = dst.store.copy_object(
-                    dst.bucket, key, src.bucket, src_key, replace, content_headers, metadata)
+                    dst.name(bucket), key, src.name(src_bucket), src_key, replace, content_headers, metadata)
                 return result
         return self._copy_across(dst, bucket, key, src, src_bucket, src_key, replace, content_headers, metadata)
 
     def _copy_across(self, dst: Route, bucket: str, key: str, src: Route, src_bucket: str, src_key: str,
                      replace: bool, content_headers: dict[str, str], metadata: dict[str, str]) -> tuple[str, datetime]:
         with self._named(src, src_bucket):
-            meta, body = src.store.get_object(src.bucket, src_key)
+            meta, body = src.store.get_object(src.name(src_bucket), src_key)
         if not replace:
             content_headers, metadata = dict(meta.content_headers), dict(meta.metadata)
         md5 = hashlib.md5()  # S3's Content-MD5
@@ -258,7 +258,7 @@ class RemoteRouter:
             size = spool.tell()
             spool.seek(0)
             with self._named(dst, bucket):
-                etag = dst.store.put_object(dst.bucket, key, spool, size,  # type: ignore[arg-type]
+                etag = dst.store.put_object(dst.name(bucket), key, spool, size,  # type: ignore[arg-type]
                                             base64.b64encode(md5.digest()).decode(), content_headers,
                                             metadata, {})
         return etag, datetime.now().astimezone()
