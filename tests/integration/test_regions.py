@@ -96,12 +96,13 @@ def node(region_a: SeaweedServer, data_dir: Path, fleet: dict[str, str] | None,
     env = {"FERRY_REMOTE_REFRESH_SECONDS": REFRESH, "FERRY_DESTAGE_MAX_ATTEMPTS": "1000",
            "FERRY_DESTAGE_BACKOFF_CAP": "1", **(fleet or {})}
     worker = None
-    with GatewayProcess(region_a, data_dir, env=env) as gw:
+    # Generous start timeouts: the machine running the suite may be busy (a cold start is slow).
+    with GatewayProcess(region_a, data_dir, env=env).start(timeout=120) as gw:
         try:
             if fleet:
                 from tests.support.celery_worker import CeleryWorker
 
-                worker = CeleryWorker(gw, env=worker_env).start()
+                worker = CeleryWorker(gw, env=worker_env).start(timeout=120)
             yield gw, worker
         finally:
             if worker is not None:
