@@ -30,8 +30,10 @@ from app.adapters.catalog.stats import CatalogStats
 from app.adapters.catalog.tenants import TenantRepo
 from app.adapters.catalog.tokens import TokenRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
+from app.adapters.remote_router import RemoteRouter
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
+from app.domain.profiles import profile_named
 from app.fleet.journal_client import PeerJournal
 from app.fleet.membership import Membership
 from app.fleet.peer_client import PeerBlockSource
@@ -87,7 +89,7 @@ class Container:
     settings: Settings
     catalog: Catalog
     blobs: BlobStore
-    remote: RemoteStore
+    remote: RemoteRouter  # every bucket's remote (mapped or the settings' default)
     journal: Journal
     destager: Destager
     executor: EmbeddedExecutor | CeleryExecutor
@@ -122,6 +124,15 @@ def remote_config(settings: Settings) -> RemoteConfig:
     )
 
 
+def make_remote(settings: Settings, engine: Engine | None) -> RemoteRouter:
+    """The default remote from settings, and the registered remotes the bucket mappings route
+    to (re-read every FERRY_REMOTE_REFRESH_SECONDS: a rotated key applies without a restart)."""
+    cfg = remote_config(settings)
+    return RemoteRouter(RemoteStore(cfg), profile_named(settings.remote_profile),
+                        RemoteRepo(engine) if engine is not None else None, cfg,
+                        refresh_seconds=settings.remote_refresh_seconds)
+
+
 def ensure_bootstrap_key(catalog: Catalog, settings: Settings) -> None:
     """Create the FERRY_ACCESS_KEY tenant key on first start (several workers may race)."""
     if not settings.access_key or not settings.secret_key:
@@ -135,7 +146,7 @@ def ensure_bootstrap_key(catalog: Catalog, settings: Settings) -> None:
                 raise
 
 
-def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote: RemoteStore,
+def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote: RemoteRouter,
                   part_copies: PartCopies | None = None) -> Destager:
     return Destager(journal, blobs, remote, lease_seconds=settings.destage_lease_seconds,
                     max_attempts=settings.destage_max_attempts, part_concurrency=settings.multipart_concurrency,
@@ -203,7 +214,7 @@ def make_membership(settings: Settings, engine: Engine) -> Membership:
                       stale_after=settings.node_stale_seconds, refresh_every=settings.node_heartbeat_seconds)
 
 
-def make_fleet(settings: Settings, engine: Engine, remote: RemoteStore) -> tuple[Membership, PeerBlockSource] | None:
+def make_fleet(settings: Settings, engine: Engine, remote: RemoteRouter) -> tuple[Membership, PeerBlockSource] | None:
     """The block source of fleet mode, or None for a node alone (no internal port)."""
     if not settings.fleet_port:
         return None
@@ -215,7 +226,7 @@ def make_fleet(settings: Settings, engine: Engine, remote: RemoteStore) -> tuple
     return membership, source
 
 
-def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies: PolicyBook,
+def make_cache(settings: Settings, engine: Engine, remote: RemoteRouter, policies: PolicyBook,
                journal: Journal, source: PeerBlockSource | None = None) -> ReadCache:
     if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
         # Its own connections, which commit without the WAL fsync (see make_engine).
@@ -227,7 +238,7 @@ def make_cache(settings: Settings, engine: Engine, remote: RemoteStore, policies
                      budget_bytes=settings.cache_bytes, revalidate_interval=settings.cache_revalidate_interval)
 
 
-def make_tenancy(settings: Settings, engine: Engine, remote: RemoteStore) -> Tenancy:
+def make_tenancy(settings: Settings, engine: Engine, remote: RemoteRouter) -> Tenancy:
     """Bucket ownership; buckets without an owner belong to the bootstrap tenant."""
     return Tenancy(OwnerRepo(engine, BOOTSTRAP_TENANT), remote, shared=settings.tenancy == "shared",
                    refresh_seconds=settings.tenancy_refresh_seconds)
@@ -254,7 +265,7 @@ def build(settings: Settings) -> Container:
     engine = make_engine(settings.effective_database_url)
     catalog = Catalog(engine, settings.node_id)
     blobs = BlobStore(settings.data_dir, fsync=settings.fsync)
-    remote = RemoteStore(remote_config(settings))
+    remote = make_remote(settings, engine)
     journal = Journal(engine, settings.node_id)
     part_copies = PartCopies()  # parts on their way to the remote, which the destage waits for
     destager = make_destager(settings, journal, blobs, remote, part_copies)

@@ -25,6 +25,7 @@ DURATION_FIELDS = (
     "journal_retention_seconds", "cache_ttl_seconds", "cache_revalidate_interval", "policy_refresh_seconds",
     "node_heartbeat_seconds", "node_stale_seconds", "destage_lease_seconds", "destage_backoff_base",
     "destage_backoff_cap", "sweep_interval", "fleet_clock_skew_seconds", "fleet_peer_timeout",
+    "remote_refresh_seconds", "destage_time_limit",
 )
 WriteMode = Literal["write-back", "write-through", "read-only", "bypass"]
 
@@ -72,6 +73,13 @@ class Settings(BaseSettings):
     remote_circuit_failures: int = Field(1, ge=1)
     remote_circuit_cooldown: float = Field(5.0, gt=0)
     remote_verify_tls: bool = True
+    # Capability profile of the settings' remote (app/domain/profiles.py): "seaweedfs" refuses
+    # keys a filesystem-backed store would rename or lose (today's checks); "aws" accepts every
+    # key AWS S3 accepts.
+    remote_profile: Literal["aws", "seaweedfs"] = "seaweedfs"
+    # Registered remotes and bucket mappings (admin API) are re-read at most this often by every
+    # process: a mapping or rotated credentials take effect within it, without a restart.
+    remote_refresh_seconds: float = Field(2.0, gt=0)
     # With no endpoint and no keys, `ferry serve` refuses to start unless this allows AWS S3 through
     # the AWS default credential chain (environment, profile, instance role).
     remote_default_chain: bool = False
@@ -148,6 +156,13 @@ class Settings(BaseSettings):
     destage_backoff_base: float = Field(1.0, gt=0)
     destage_backoff_cap: float = Field(300.0, gt=0)
     sweep_interval: float = Field(2.0, gt=0)
+    # Celery (fleet mode): a destage task is interrupted (soft limit, the row goes back to
+    # buffered) after this long and killed 2 leases later; the broker redelivers an unacked
+    # message only after both (app/taskqueue.py: visibility_timeout).
+    destage_time_limit: float = Field(3600.0, gt=0)
+    # Each Celery worker serves its own /metrics on this port (0: none), see workers/metrics.py.
+    worker_metrics_port: int = Field(0, ge=0, le=65535)
+    worker_metrics_host: str = "0.0.0.0"
 
     @field_validator("write_buffer_bytes", "disk_reserve_bytes", "cache_bytes", "cache_block_bytes",
                      "ready_min_free_bytes", "multipart_part_size", "multipart_threshold", mode="before")

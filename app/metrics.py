@@ -602,6 +602,11 @@ def process_metrics() -> Any:
     return MultiProcessCollector(None, path) if path else REGISTRY
 
 
+def process_registry() -> Any:
+    """What a process without the admin app serves (a Celery worker's own /metrics)."""
+    return _Chain(process_metrics())
+
+
 def exposition(*extra: Any) -> tuple[bytes, str]:
     """The /metrics body and its content type: all workers' samples plus ``extra`` collectors."""
     return generate_latest(_Chain(process_metrics(), *extra)), CONTENT_TYPE_LATEST  # type: ignore[arg-type]

@@ -51,6 +51,21 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         schedule[f"ferry-{chore.name}"] = {"task": f"ferry.{chore.name}", "schedule": every,
                                            "options": {"queue": queue, "expires": max(every, 1.0)}}
     return schedule
+def destage_limits(settings: Settings) -> tuple[float, float, float]:
+    """(soft limit, hard limit, broker visibility timeout) of a destage task, in seconds.
+
+    The soft limit (FERRY_DESTAGE_TIME_LIMIT) interrupts a destage: it fails like an outage and
+    its row returns to buffered. The hard limit, two leases later, kills a worker stuck where
+    the interruption cannot reach (a blocking socket); by then its lease has run out, so another
+    worker may claim the row. Redis redelivers a message not acknowledged within the visibility
+    timeout, and acks are late (after the task): so the timeout is longer than the hard limit
+    plus two leases, and a destage that is still running is never handed to a second worker
+    (which its lease would refuse anyway).
+    """
+    lease = settings.destage_lease_seconds
+    soft = settings.destage_time_limit
+    hard = soft + 2 * lease
+    return soft, hard, hard + 2 * lease
 
 
 @lru_cache(maxsize=1)
@@ -60,7 +75,13 @@ def celery_app() -> Celery:
     settings.require_node_id()  # worker and beat route by it: never a hostname of their own
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     app = Celery("ferry", broker=broker)
+    soft, hard, visibility = destage_limits(settings)
     app.conf.update(
+        # Production settings (docs/fleet.md, "Celery"): a message is acknowledged after its task
+        # ran, and a worker killed mid-task leaves it to be redelivered; one message at a time
+        # per worker process, since destages are long.
+        broker_transport_options={"visibility_timeout": visibility},
+        task_annotations={"ferry.destage": {"soft_time_limit": soft, "time_limit": hard}},
         task_default_queue=node_queue(settings.node_id),
         task_queues=[Queue(node_queue(settings.node_id)), Queue(SHARED_QUEUE)],
         task_acks_late=True,

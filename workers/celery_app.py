@@ -6,9 +6,13 @@ the gateway that sends to it; this module adds the task modules the worker runs.
 
 from __future__ import annotations
 
-from app.taskqueue import celery_app, node_queue
+from workers import metrics as worker_metrics
+
+worker_metrics.prepare()  # before app imports prometheus_client (multiprocess mode, its own port)
+
+from app.taskqueue import celery_app, node_queue  # noqa: E402
 
 __all__ = ["app", "node_queue"]
 
 app = celery_app()
-app.conf.update(include=["workers.tasks"])
+app.conf.update(include=["workers.tasks", "workers.metrics"])

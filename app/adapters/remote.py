@@ -394,6 +394,17 @@ class RemoteStore:
         with translate_errors(bucket, key):
             self.client.delete_object(**kwargs)
 
+    def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
+        """DeleteObjects in pages of 1000; returns the keys the remote refused: key -> (code, message)."""
+        failures: dict[str, tuple[str, str]] = {}
+        for start in range(0, len(keys), 1000):
+            page = [{"Key": k} for k in keys[start:start + 1000]]
+            with translate_errors(bucket):
+                resp = self.client.delete_objects(Bucket=bucket, Delete={"Objects": page, "Quiet": True})
+            for err in resp.get("Errors", []):
+                failures[str(err.get("Key"))] = (str(err.get("Code") or "InternalError"), str(err.get("Message") or ""))
+        return failures
+
     def current_etag(self, bucket: str, key: str) -> str | None:
         """The object's ETag now, None when there is none (the expectation of a fenced write)."""
         try:

@@ -1,8 +1,8 @@
 """Remotes and bucket mappings.
 
-The default remote comes from settings (``GET /admin/remote``). Registered remotes and bucket
-mappings are stored for the fleet phase: the gateway does NOT route requests to a mapped remote
-yet; every bucket is still served from the default remote.
+The default remote comes from settings (``GET /admin/remote``). A mapped bucket is served from
+its registered remote (``adapters/remote_router.py``); every process re-reads the table within
+FERRY_REMOTE_REFRESH_SECONDS (this one at once), so a mapping or a rotated key needs no restart.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ Endpoint = Annotated[str, StringConstraints(max_length=1024, pattern=r"^https?:/
                      AfterValidator(_endpoint)]
 Region = Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]{1,64}$")]
 AddressingStyle = Literal["path", "virtual", "auto"]
+Profile = Literal["aws", "seaweedfs"]
 RemoteIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
 BucketPath = Annotated[str, Path(pattern=BUCKET_PATTERN)]
 BucketQuery = Annotated[str | None, Query(pattern=BUCKET_PATTERN)]
@@ -51,6 +52,7 @@ class RemoteCreate(Model):
     secret_key: Text | None = None
     addressing_style: AddressingStyle = "path"
     verify_tls: bool = True
+    profile: Profile = "seaweedfs"
 
 
 class RemoteUpdate(Model):
@@ -63,6 +65,7 @@ class RemoteUpdate(Model):
     secret_key: Text | None = None
     addressing_style: AddressingStyle | None = None
     verify_tls: bool | None = None
+    profile: Profile | None = None
 
 
 class RemoteOut(Out):
@@ -74,6 +77,7 @@ class RemoteOut(Out):
     has_secret: bool
     addressing_style: str
     verify_tls: bool
+    profile: str
     created_at: float
 
 
@@ -90,6 +94,7 @@ class DefaultRemoteOut(Out):
     region: str
     addressing_style: str
     access_key: str | None
+    profile: str
     check: CheckOut
 
 
@@ -109,7 +114,8 @@ class MappingOut(Out):
 def _out(info: RemoteInfo) -> RemoteOut:
     return RemoteOut(id=info.id, name=info.name, endpoint=info.endpoint, region=info.region,
                      access_key=info.access_key, has_secret=bool(info.secret_key),
-                     addressing_style=info.addressing_style, verify_tls=info.verify_tls, created_at=info.created_at)
+                     addressing_style=info.addressing_style, verify_tls=info.verify_tls, profile=info.profile,
+                     created_at=info.created_at)
 
 
 async def _check(cfg: RemoteConfig, bucket: str | None) -> CheckOut:
@@ -123,21 +129,26 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     settings = container.settings
     api = APIRouter(prefix="/admin", tags=["remotes"])
 
+    async def changed() -> None:
+        """This process routes by the change at once; the others within the refresh interval."""
+        await run(container.remote.refresh)
+
     @api.get("/remote", response_model=DefaultRemoteOut, dependencies=auth.read())
     async def default_remote(bucket: BucketQuery = None) -> DefaultRemoteOut:
-        """The remote from settings (what every bucket is served from today), with a live check."""
+        """The remote from settings (every unmapped bucket's), with a live check."""
         cfg = remote_config(settings)
         return DefaultRemoteOut(endpoint=cfg.endpoint, region=cfg.region, addressing_style=cfg.addressing_style,
-                                access_key=cfg.access_key, check=await _check(cfg, bucket))
+                                access_key=cfg.access_key, profile=settings.remote_profile,
+                                check=await _check(cfg, bucket))
 
     @api.get("/remotes", response_model=list[RemoteOut], dependencies=auth.read())
     async def list_remotes() -> list[RemoteOut]:
-        """Registered remotes (secrets are never returned). Stored for the fleet phase."""
+        """Registered remotes (secrets are never returned)."""
         return [_out(r) for r in await run(repo.list)]
 
     @api.post("/remotes", response_model=RemoteOut, status_code=201, dependencies=auth.write())
     async def create_remote(body: RemoteCreate) -> RemoteOut:
-        """Register a remote. Not yet used for routing: see ``/admin/bucket-mappings``."""
+        """Register a remote; buckets are routed to it by ``/admin/bucket-mappings``."""
         return _out(await run(repo.create, **body.model_dump()))
 
     @api.get("/remotes/{remote_id}", response_model=RemoteOut, dependencies=auth.read())
@@ -146,14 +157,19 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
 
     @api.patch("/remotes/{remote_id}", response_model=RemoteOut, dependencies=auth.write())
     async def update_remote(remote_id: RemoteIdPath, body: RemoteUpdate) -> RemoteOut:
+        """Change a remote (e.g. rotate its keys): every process uses the new values for new
+        requests within FERRY_REMOTE_REFRESH_SECONDS, without a restart."""
         values = {k: v for k, v in body.model_dump(exclude_unset=True).items()
                   if v is not None or k in ("access_key", "secret_key")}
-        return _out(await run(repo.update, remote_id, **values))
+        out = _out(await run(repo.update, remote_id, **values))
+        await changed()
+        return out
 
     @api.delete("/remotes/{remote_id}", status_code=204, dependencies=auth.write())
     async def delete_remote(remote_id: RemoteIdPath) -> Response:
         """Refused (409) while a bucket mapping points at the remote."""
         await run(repo.delete, remote_id)
+        await changed()
         return Response(status_code=204)
 
     @api.post("/remotes/{remote_id}/check", response_model=CheckOut, dependencies=auth.read())
@@ -167,7 +183,7 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
 
     @api.get("/bucket-mappings", response_model=list[MappingOut], dependencies=auth.read())
     async def list_mappings() -> list[MappingInfo]:
-        """Stored for the fleet phase: the gateway does not route requests by these mappings yet."""
+        """Buckets served from a registered remote (the others from the default remote)."""
         return await run(repo.list_mappings)
 
     @api.get("/bucket-mappings/{bucket}", response_model=MappingOut, dependencies=auth.read())
@@ -176,18 +192,17 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
 
     @api.put("/bucket-mappings/{bucket}", response_model=MappingOut, dependencies=auth.write())
     async def put_mapping(bucket: BucketPath, body: MappingIn, response: Response) -> MappingInfo:
-        """Map a gateway bucket to a registered remote's bucket (201 when new).
-
-        NOT applied to requests yet: routing to mapped remotes arrives with the fleet phase; until
-        then every bucket is served from the default remote (settings).
-        """
+        """Map a gateway bucket to a registered remote's bucket (201 when new). Its reads, writes
+        and destages (buffered writes included) go there from the next refresh on."""
         info, created = await run(repo.put_mapping, bucket, body.remote_id, body.remote_bucket)
+        await changed()
         response.status_code = 201 if created else 200
         return info
 
     @api.delete("/bucket-mappings/{bucket}", status_code=204, dependencies=auth.write())
     async def delete_mapping(bucket: BucketPath) -> Response:
         await run(repo.delete_mapping, bucket)
+        await changed()
         return Response(status_code=204)
 
     return api

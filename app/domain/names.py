@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from app.domain.errors import S3Error
+from app.domain.profiles import DEFAULT_PROFILE, RemoteProfile
 
 MAX_KEY_BYTES = 1024
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
@@ -17,15 +18,17 @@ def validate_bucket_name(name: str) -> None:
         raise S3Error("InvalidBucketName", BucketName=name)
 
 
-def validate_key(key: str) -> None:
-    """Length in UTF-8 bytes and no NUL (XML cannot carry it, so S3 listings could not either)."""
+def validate_key(key: str, profile: RemoteProfile = DEFAULT_PROFILE) -> None:
+    """Length in UTF-8 bytes and no NUL (XML cannot carry it, so S3 listings could not either);
+    for a remote whose keys are paths (``profile.path_keys``), only keys it stores 1:1."""
     if not key:
         raise S3Error("InvalidArgument", "Object key must not be empty")
     if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
         raise S3Error("KeyTooLongError", Size=str(len(key.encode("utf-8", "surrogatepass"))))
     if "\x00" in key:
         raise S3Error("InvalidArgument", "Object key must not contain NUL")
-    _check_portable(key)
+    if profile.path_keys:
+        _check_portable(key)
 
 
 # Keys S3 accepts but a filesystem-backed remote (measured on SeaweedFS, the reference remote)
@@ -53,8 +56,9 @@ def _check_portable(key: str) -> None:
         raise S3Error("InvalidArgument", "Object key must not contain '.' or '..' path segments")
 
 
-def validate_object_size(key: str, size: int) -> None:
-    """A key ending in '/' is a folder marker: the remote keeps it, but drops its bytes."""
-    if size and key.endswith("/"):
+def validate_object_size(key: str, size: int, profile: RemoteProfile = DEFAULT_PROFILE) -> None:
+    """On a filesystem-backed remote a key ending in '/' is a folder marker: the remote keeps
+    it, but drops its bytes. AWS keeps them."""
+    if size and key.endswith("/") and profile.empty_folders:
         raise S3Error("InvalidArgument", "An object whose key ends with '/' must be empty: the remote "
                       "stores such keys as folders and would lose the data")

@@ -17,6 +17,7 @@ import anyio.to_thread
 
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
+from app.domain.names import validate_key, validate_object_size
 from app.domain.policy import Policy
 from app.domain.versions import BlobRef, Replica, VersionRow
 from app.services.bodies import (
@@ -108,6 +109,15 @@ class GatewayCore:
 
     def policy(self, bucket: str, key: str = "") -> Policy:
         return self.policies.for_key(bucket, key)
+
+    def _check_key(self, bucket: str, key: str) -> None:
+        """S3's key rules, plus those of the bucket's remote (its capability profile): a key the
+        remote would rename or refuse is refused before a write-back write is acknowledged."""
+        validate_key(key, self.remote.profile(bucket))
+
+    def _check_size(self, bucket: str, key: str, size: int) -> None:
+        """A folder key ('.../') holds no bytes on a filesystem-backed remote."""
+        validate_object_size(key, size, self.remote.profile(bucket))
 
     def _mode_for(self, bucket: str, key: str) -> WriteMode:
         """The mode of a write to ``bucket/key``, chosen once: buffered (write-back) or written

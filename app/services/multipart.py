@@ -15,12 +15,13 @@ import anyio
 import anyio.to_thread
 
 from app.domain.errors import S3Error
-from app.domain.names import validate_key, validate_object_size
+from app.domain.names import validate_object_size
 from app.domain.objects import (
     ObjectMeta,
     PartInfo,
     UploadInfo,
 )
+from app.domain.profiles import RemoteProfile
 from app.domain.ranges import WHOLE, RangeRequest
 from app.domain.states import UploadState
 from app.domain.uploads import ClaimLost, CompletedUpload, UploadClaim, UploadNotOpen
@@ -50,7 +51,7 @@ class MultipartService(GatewayCore):
     async def create_upload(self, bucket: str, key: str, tenant_id: int | None,
                             content_headers: dict[str, str], metadata: dict[str, str],
                             checksum_algorithm: str | None) -> UploadInfo:
-        validate_key(key)
+        self._check_key(bucket, key)
         self._mode_for(bucket, key)  # a read-only mapping refuses the upload up front
         await self._check_bucket(bucket)
         upload_id = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")
@@ -219,7 +220,7 @@ class MultipartService(GatewayCore):
         (write-back: its journal row; write-through: the remote upload) under the claim."""
         info, headers = found
         stored = {p.part_number: (p, blob) for p, blob in await self._run(self.catalog.parts, upload_id)}
-        chosen = _choose_parts(key, requested, stored)
+        chosen = _choose_parts(key, requested, stored, self.remote.profile(bucket))
         await self._check_parts_here(upload_id, chosen)
         etag = multipart_etag([p.etag for p, _ in chosen])
         claim = UploadClaim(upload_id, token, CompletedUpload(bucket, key, etag,
@@ -283,7 +284,7 @@ def _repeated(done: CompletedUpload, bucket: str, key: str, upload_id: str,
 
 
 def _choose_parts(key: str, requested: list[tuple[int, str, dict[str, str]]],
-                  stored: dict[int, tuple[PartInfo, str]]) -> list[tuple[PartInfo, str]]:
+                  stored: dict[int, tuple[PartInfo, str]], profile: RemoteProfile) -> list[tuple[PartInfo, str]]:
     """The stored parts a Complete lists, checked as S3 checks them (order, ETags, sizes)."""
     chosen: list[tuple[PartInfo, str]] = []
     previous = 0
@@ -299,7 +300,7 @@ def _choose_parts(key: str, requested: list[tuple[int, str, dict[str, str]]],
         if part.size < MIN_PART_SIZE:
             raise S3Error("EntityTooSmall", ProposedSize=str(part.size), MinSizeAllowed=str(MIN_PART_SIZE),
                           PartNumber=str(part.part_number), ETag=part.etag)
-    validate_object_size(key, sum(p.size for p, _ in chosen))
+    validate_object_size(key, sum(p.size for p, _ in chosen), profile)
     return chosen
 
 

@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes, PartInfo, UploadInfo
+from app.domain.profiles import RemoteProfile
 from app.domain.uploads import CompletedUpload, UploadClaim
 from app.domain.versions import BlobRef, Replica, VersionRow
 
 
 class RemoteBuckets(Protocol):
     """The remote's bucket operations."""
+
+    def profile(self, bucket: str) -> RemoteProfile: ...  # what the bucket's remote can hold
 
     def list_buckets(self) -> list[BucketInfo]: ...
     def create_bucket(self, bucket: str, location: str | None) -> None: ...

@@ -9,7 +9,6 @@ from app import metrics
 from app.adapters.remote import read_available
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
-from app.domain.names import validate_key
 from app.domain.objects import (
     ObjectAttributes,
     ObjectMeta,
@@ -31,7 +30,7 @@ class ReadsService(GatewayCore):
     """HEAD, GET and attributes of objects."""
 
     async def head_object(self, bucket: str, key: str, tenant_id: int | None = None) -> ObjectMeta:
-        validate_key(key)
+        self._check_key(bucket, key)
         policy = self.policy(bucket, key)
         row, entry = await self._lookup(bucket, key, policy)
         if row is not None:
@@ -44,7 +43,7 @@ class ReadsService(GatewayCore):
         """GetObjectAttributes: a buffered version answers from its journal row (its blobs are its
         parts); otherwise the metadata is HEAD's (cache or remote) and the parts are the remote's,
         kept only when they describe the same ETag."""
-        validate_key(key)
+        self._check_key(bucket, key)
         policy = self.policy(bucket, key)
         row, _entry = await self._lookup(bucket, key, policy)
         if row is not None:
@@ -81,7 +80,7 @@ class ReadsService(GatewayCore):
         entry the cache serves, judges ``conditions`` before anything is opened (no remote
         request); other reads leave them to the caller, who has the metadata once it is open.
         With ``file_ranges`` a cached read's stream may yield ``FileRange`` items, not bytes."""
-        validate_key(key)
+        self._check_key(bucket, key)
         policy = self.policy(bucket, key)
         row, entry = await self._lookup(bucket, key, policy)
         buffered = row is not None
@@ -101,7 +100,7 @@ class ReadsService(GatewayCore):
 
     async def warm_object(self, bucket: str, key: str, tenant_id: int | None = None) -> int:
         """Staging: cache every block of the object now; returns the bytes fetched (0 if fresh)."""
-        validate_key(key)
+        self._check_key(bucket, key)
         policy = self.policy(bucket, key)
         if not policy.caches:
             return 0

@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 import anyio.to_thread
 
 from app.adapters.catalog.staging import JobInfo, Progress, StagingRepo
-from app.adapters.remote import RemoteStore
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectSummary
+from app.services.ports import RemotePort
 
 log = logging.getLogger("ferry.staging")
 
@@ -29,7 +29,7 @@ Warm = Callable[[str, str, int | None], Awaitable[int]]
 
 
 class StagingRunner:
-    def __init__(self, repo: StagingRepo, remote: RemoteStore, warm: Warm, node_id: str, *,
+    def __init__(self, repo: StagingRepo, remote: RemotePort, warm: Warm, node_id: str, *,
                  concurrency: int = 8, persist_interval: float = 0.5, page_size: int = 1000) -> None:
         self.repo = repo
         self.remote = remote

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from app.adapters.blobstore import BlobStore
 from app.adapters.catalog.repo import Catalog, UploadNotOpen
-from app.adapters.remote import RemoteStore
+from app.services.ports import RemotePort
 
 log = logging.getLogger("ferry.uploads")
 
@@ -27,7 +27,7 @@ COMPLETED_RETENTION = 24 * 3600.0  # how long a repeated Complete still gets the
 class UploadExpiry:
     catalog: Catalog
     blobs: BlobStore
-    remote: RemoteStore
+    remote: RemotePort
     max_age: float
     retention: float = COMPLETED_RETENTION
     _next_run: float = field(default=0.0, init=False)

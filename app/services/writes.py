@@ -7,7 +7,6 @@ from collections.abc import Callable
 from datetime import datetime
 
 from app.domain.errors import S3Error
-from app.domain.names import validate_key, validate_object_size
 from app.domain.objects import (
     ObjectMeta,
 )
@@ -29,7 +28,7 @@ class WritesService(GatewayCore):
 
     async def put_object(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
                          metadata: dict[str, str], expected: ExpectedDigests) -> PutResult:
-        validate_key(key)
+        self._check_key(bucket, key)
         mode = self._mode_for(bucket, key)
         await mode.admit(bucket)
         reserved = await mode.reserve(expected.declared_size)
@@ -38,7 +37,7 @@ class WritesService(GatewayCore):
         finally:
             self._release(reserved)
         try:
-            validate_object_size(key, received.staging.size)
+            self._check_size(bucket, key, received.staging.size)
             # Asked once the body is here, right before it is written: a row buffered while it
             # arrived (the mode turned write-back meanwhile) is older than this write.
             journaled = await mode.journals(bucket, key)
@@ -102,11 +101,11 @@ class WritesService(GatewayCore):
     async def copy_object(self, bucket: str, key: str, src_bucket: str, src_key: str, replace: bool,
                           content_headers: dict[str, str], metadata: dict[str, str],
                           check: Callable[[ObjectMeta], None]) -> tuple[str, datetime]:
-        validate_key(key)
-        validate_key(src_key)
+        self._check_key(bucket, key)
+        self._check_key(src_bucket, src_key)
         source = await self.head_object(src_bucket, src_key)
         check(source)
-        validate_object_size(key, source.size)
+        self._check_size(bucket, key, source.size)
         if src_bucket == bucket and src_key == key and not replace:
             raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to copy an "
                           "object to itself without changing the object's metadata, storage class, "
@@ -150,7 +149,7 @@ class WritesService(GatewayCore):
                                                  invalidate_cache=True))
 
     async def delete_object(self, bucket: str, key: str) -> None:
-        validate_key(key)
+        self._check_key(bucket, key)
         mode = self._mode_for(bucket, key)
         await mode.admit(bucket)
         if await mode.journals(bucket, key):
@@ -164,7 +163,7 @@ class WritesService(GatewayCore):
         valid: list[str] = []
         for key in keys:
             try:
-                validate_key(key)
+                self._check_key(bucket, key)
                 valid.append(key)
             except S3Error as err:
                 failures[key] = (err.code, err.message)

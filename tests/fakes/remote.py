@@ -12,6 +12,7 @@ from typing import BinaryIO
 
 from app.domain.errors import S3Error
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, ObjectSummary, PartAttributes
+from app.domain.profiles import DEFAULT_PROFILE, RemoteProfile
 from app.domain.ranges import parse_range
 
 
@@ -34,7 +35,8 @@ class Stored:
 class InMemoryRemote:
     """Buckets and objects in dicts; multipart uploads assembled on Complete."""
 
-    def __init__(self, *, conditional: bool = True) -> None:
+    def __init__(self, *, conditional: bool = True, profile: RemoteProfile = DEFAULT_PROFILE) -> None:
+        self.profile_of = profile
         self.buckets: dict[str, dict[str, Stored]] = {}
         self.created: dict[str, datetime] = {}
         self.uploads: dict[str, tuple[str, str, dict[int, tuple[bytes, str]]]] = {}
@@ -43,6 +45,9 @@ class InMemoryRemote:
         self._ids = itertools.count(1)
 
     # ---- buckets -------------------------------------------------------------------------------
+    def profile(self, bucket: str) -> RemoteProfile:
+        return self.profile_of
+
     def _bucket(self, bucket: str) -> dict[str, Stored]:
         if bucket not in self.buckets:
             raise S3Error("NoSuchBucket", BucketName=bucket)

@@ -76,6 +76,8 @@ class Fleet:
             env[name] = value
         if env.get("FERRY_PORT"):
             env["FERRY_PORT"] = str(self.port)
+        if env.get("FERRY_WORKER_METRICS_PORT"):  # a container's port, not this machine's
+            env["FERRY_WORKER_METRICS_PORT"] = str(free_port())
         env["PYTHONPATH"] = str(ROOT)
         return env
 

@@ -63,7 +63,7 @@ def test_healthy_node_passes_with_bandwidth_probe(seaweed: SeaweedServer, seawee
     code, lines = doctor(_env(seaweed, data_dir), "--probe-bucket", seaweed_bucket)
     assert code == 0, lines
     assert not [line for line in lines if line.startswith("FAIL")], lines
-    assert any(line.startswith("OK   migrations: at 0005d") for line in lines), lines
+    assert any(line.startswith("OK   migrations: at 0006r") for line in lines), lines
     assert any(line.startswith("OK   remote default:") and "credentials accepted" in line for line in lines)
     assert any("clock skew" in line for line in lines), lines
     assert any("MiB/s" in line and seaweed_bucket in line for line in lines), lines
@@ -116,7 +116,7 @@ def test_missing_migration_level_fails(seaweed: SeaweedServer, tmp_path: Path) -
     upgrade(f"sqlite:///{tmp_path / 'ferry.db'}", "0005c")
     code, lines = doctor(_env(seaweed, tmp_path))
     assert code == 1, lines
-    assert any("at 0005c" in line and "0005d" in line and "ferry db upgrade" in line
+    assert any("at 0005c" in line and "0006r" in line and "ferry db upgrade" in line
                for line in fails(lines, "migrations")), lines
 
 

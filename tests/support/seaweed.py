@@ -214,8 +214,12 @@ class SeaweedServer:
         max_volumes: int = 1000,
         die_with_parent: bool = True,
         extra_args: tuple[str, ...] = (),
+        extra_credentials: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.access_key = access_key
+        # More (access key, secret) pairs the server accepts; change them and restart to
+        # revoke or add one (the config is written at every start).
+        self.extra_credentials = tuple(extra_credentials)
         self.secret_key = secret_key
         self.region = region
         self.start_timeout = start_timeout
@@ -347,7 +351,8 @@ class SeaweedServer:
             "identities": [
                 {
                     "name": "ferry-test",
-                    "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                    "credentials": [{"accessKey": k, "secretKey": s}
+                                    for k, s in ((self.access_key, self.secret_key), *self.extra_credentials)],
                     "actions": ["Admin", "Read", "List", "Tagging", "Write"],
                 }
             ]

@@ -1,4 +1,4 @@
-"""Registered remotes and bucket mappings (stored for the fleet phase; see app/admin/remotes.py)."""
+"""Registered remotes and bucket mappings: the routing table of ``adapters/remote_router.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from sqlalchemy.orm import sessionmaker
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.tables import BucketMapping, Remote
 
-REMOTE_FIELDS = ("name", "endpoint", "region", "access_key", "secret_key", "addressing_style", "verify_tls")
+REMOTE_FIELDS = ("name", "endpoint", "region", "access_key", "secret_key", "addressing_style", "verify_tls",
+                 "profile")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class RemoteInfo:
     addressing_style: str
     verify_tls: bool
     created_at: float
+    profile: str = "seaweedfs"
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class MappingInfo:
 
 def _remote(r: Remote) -> RemoteInfo:
     return RemoteInfo(r.id, r.name, r.endpoint, r.region, r.access_key, r.secret_key, r.addressing_style,
-                      r.verify_tls, r.created_at)
+                      r.verify_tls, r.created_at, r.profile)
 
 
 class RemoteRepo:
@@ -98,6 +100,14 @@ class RemoteRepo:
             if used:
                 raise Conflict(f"remote {row.name!r} is used by bucket mappings: {', '.join(sorted(used))}")
             s.delete(row)
+
+    def routes(self) -> tuple[list[RemoteInfo], list[MappingInfo]]:
+        """Every remote and every mapping, read in one transaction (the router's refresh)."""
+        with self.sessions() as s:
+            remotes = {r.id: _remote(r) for r in s.scalars(select(Remote))}
+            mappings = [self._mapping(m, remotes[m.remote_id].name)
+                        for m in s.scalars(select(BucketMapping)) if m.remote_id in remotes]
+            return list(remotes.values()), mappings
 
     # ---- bucket mappings ---------------------------------------------------------------------
     def _mapping(self, m: BucketMapping, remote_name: str) -> MappingInfo:

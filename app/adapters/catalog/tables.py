@@ -272,6 +272,8 @@ class Remote(Base):
     addressing_style: Mapped[str] = mapped_column(String(16), default="path")
     verify_tls: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    # Capability profile (app/domain/profiles.py): which key checks the gateway applies.
+    profile: Mapped[str] = mapped_column(String(32), default="seaweedfs", server_default="seaweedfs")
 
 
 class BucketMapping(Base):

@@ -74,6 +74,9 @@ class Revalidation(CacheBase):
                 return stats
             after_key = batch[-1].key
             entries = [e for e in batch if self.policies.for_key(bucket, e.key).revalidate != "immutable"]
+            # Some servers (SeaweedFS) list directory by directory, not in S3's byte order, so a
+            # key can be missing from a page that spans it; their profile says so.
+            ordered = self.remote.profile(bucket).ordered_listing
             pos = 0
             while pos < len(entries):
                 page = self.remote.list_objects(bucket, prefix, None, _before(entries[pos].key), 1000)
@@ -84,10 +87,9 @@ class Revalidation(CacheBase):
                 while pos < len(entries) and (horizon is None or entries[pos].key <= horizon):
                     entry = entries[pos]
                     etag = remote.get(entry.key)
-                    if etag is None:
-                        # Absent from the page. Some servers (SeaweedFS) list directory by
-                        # directory, not in S3's byte order, so a key can be missing from a page
-                        # that spans it: ask about it directly before dropping anything.
+                    if etag is None and not ordered:
+                        # Absent from a page that spans it, on a remote that may list out of
+                        # byte order: ask about it directly before dropping anything.
                         etag = self._current_etag(bucket, entry.key)
                         stats["heads"] = stats.get("heads", 0) + 1
                     result = "unchanged" if etag == entry.etag else ("deleted" if etag is None else "changed")

@@ -1,0 +1,308 @@
+"""Per-bucket remotes: one ``RemoteStore`` per registered remote, chosen by the bucket mapping.
+
+``RemoteRouter`` has ``RemoteStore``'s interface, so the services, the read cache, staging and
+the destage (gateway and Celery workers alike) route without knowing it: a mapped bucket's calls
+go to its remote under the remote bucket's name; an unmapped bucket's to the default remote
+(settings). Remote errors that name the remote bucket name the gateway bucket instead.
+
+The table (remotes and mappings) is read once at start, then re-read in a background thread at
+most every ``refresh_seconds``, so no request waits on SQL. A remote whose row changed
+(credentials rotated, endpoint moved, profile changed) gets a new client; requests in flight keep
+the old one. So every process applies an admin API change within ``refresh_seconds``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, BinaryIO
+
+from app.adapters.catalog.remotes import MappingInfo, RemoteInfo, RemoteRepo
+from app.adapters.remote import RemoteConfig, RemoteStore
+from app.domain.errors import S3Error
+from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes
+from app.domain.profiles import RemoteProfile, profile_named
+
+log = logging.getLogger("ferry.remote")
+
+COPY_SPOOL_BYTES = 8 * 1024 * 1024  # a copy between two remotes spills to a temp file above this
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one gateway bucket lives."""
+
+    store: RemoteStore
+    remote_bucket: str | None  # the bucket's name on that remote (None: the gateway's name)
+    profile: RemoteProfile
+    remote: str  # the registered remote's name, "default" for the settings' one
+
+    def name(self, bucket: str) -> str:
+        return self.remote_bucket or bucket
+
+
+def _fingerprint(info: RemoteInfo) -> tuple[Any, ...]:
+    return (info.endpoint, info.region, info.access_key, info.secret_key, info.addressing_style,
+            info.verify_tls, info.profile)
+
+
+class RemoteRouter:
+    """``RemoteStore``'s interface over several remotes, routed by bucket."""
+
+    def __init__(self, default: RemoteStore, default_profile: RemoteProfile, repo: RemoteRepo | None,
+                 base: RemoteConfig, *, refresh_seconds: float = 2.0,
+                 factory: Callable[[RemoteConfig], RemoteStore] = RemoteStore) -> None:
+        self.default = Route(default, None, default_profile, "default")
+        self.repo = repo
+        self.base = base  # timeouts, pool and circuit settings every registered remote inherits
+        self.refresh_seconds = refresh_seconds
+        self.factory = factory
+        self._stores: dict[int, tuple[tuple[Any, ...], RemoteStore]] = {}
+        self._routes: dict[str, Route] = {}
+        self._loaded_at = 0.0
+        self._refreshing = False
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        if repo is not None:
+            self.refresh()
+
+    # ---- the default remote's face (health checks, circuit) -----------------------------------
+    @property
+    def cfg(self) -> RemoteConfig:
+        return self.default.store.cfg
+
+    @property
+    def circuit(self) -> Any:
+        return self.default.store.circuit
+
+    # ---- routing table -------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Re-read remotes and mappings now (blocking); a failure keeps the table in use."""
+        if self.repo is None:
+            return
+        try:
+            remotes, mappings = self.repo.routes()
+        except Exception as exc:  # the catalog is down: keep routing as before, retry later
+            log.warning("remote routes not refreshed: %s", exc)
+            self._loaded_at = time.monotonic()
+            return
+        self._apply(remotes, mappings)
+
+    def _apply(self, remotes: list[RemoteInfo], mappings: list[MappingInfo]) -> None:
+        stores: dict[int, tuple[tuple[Any, ...], RemoteStore]] = {}
+        for info in remotes:
+            fp = _fingerprint(info)
+            known = self._stores.get(info.id)
+            if known is not None and known[0] == fp:
+                stores[info.id] = known
+                continue
+            try:
+                stores[info.id] = (fp, self.factory(self._config(info)))
+            except Exception as exc:  # e.g. a malformed endpoint: its buckets answer 503
+                log.warning("remote %s: client not built: %s", info.name, exc)
+        by_id = {r.id: r for r in remotes}
+        routes = {m.bucket: Route(stores[m.remote_id][1], m.remote_bucket, _profile(by_id[m.remote_id]),
+                                  m.remote_name)
+                  for m in mappings if m.remote_id in stores}
+        with self._lock:
+            self._stores, self._routes = stores, routes
+            self._loaded_at = time.monotonic()
+
+    def _config(self, info: RemoteInfo) -> RemoteConfig:
+        return replace(self.base, endpoint=info.endpoint, region=info.region, access_key=info.access_key,
+                       secret_key=info.secret_key, addressing_style=info.addressing_style,
+                       verify_tls=info.verify_tls)
+
+    def _maybe_refresh(self) -> None:
+        """Start a background refresh when the table is older than ``refresh_seconds``."""
+        if self.repo is None or time.monotonic() - self._loaded_at < self.refresh_seconds:
+            return
+        with self._lock:
+            if self._pid != os.getpid():  # forked (a prefork pool): the parent's thread is not ours
+                self._pid, self._refreshing = os.getpid(), False
+            if self._refreshing:
+                return
+            self._refreshing = True
+
+        def run() -> None:
+            try:
+                self.refresh()
+            finally:
+                self._refreshing = False
+
+        threading.Thread(target=run, name="ferry-remote-routes", daemon=True).start()
+
+    def route(self, bucket: str) -> Route:
+        """The remote of a gateway bucket (``Route.name(bucket)``: its name there)."""
+        self._maybe_refresh()
+        return self._routes.get(bucket, self.default)
+
+    def profile(self, bucket: str) -> RemoteProfile:
+        """The capability profile of the bucket's remote (which keys it can hold)."""
+        return self.route(bucket).profile
+
+    def remote_name(self, bucket: str) -> str:
+        return self.route(bucket).remote
+
+    @contextmanager
+    def _named(self, route: Route, bucket: str) -> Iterator[None]:
+        """Errors that name the remote bucket name the gateway's."""
+        try:
+            yield
+        except S3Error as err:
+            if route.name(bucket) != bucket and err.fields.get("BucketName") == route.remote_bucket:
+                err.fields["BucketName"] = bucket
+            raise
+
+    def _call(self, name: str, bucket: str, *args: Any, **kwargs: Any) -> Any:
+        route = self.route(bucket)
+        with self._named(route, bucket):
+            return getattr(route.store, name)(route.name(bucket), *args, **kwargs)
+
+    # ---- buckets -------------------------------------------------------------------------------
+    def list_buckets(self) -> list[BucketInfo]:
+        """The default remote's buckets that no mapping shadows, plus every mapped bucket whose
+        remote bucket exists (or, when its remote does not answer, is at least mapped)."""
+        routes = dict(self._routes)
+        listed = [b for b in self.default.store.list_buckets() if b.name not in routes]
+        by_store: dict[int, list[tuple[str, Route]]] = {}
+        for bucket, route in routes.items():
+            by_store.setdefault(id(route.store), []).append((bucket, route))
+        for entries in by_store.values():
+            try:
+                there = {b.name: b.created for b in entries[0][1].store.list_buckets()}
+            except S3Error:
+                there = {route.name(b): datetime.fromtimestamp(0).astimezone() for b, route in entries}
+            listed += [BucketInfo(b, there[route.name(b)]) for b, route in entries if route.name(b) in there]
+        return sorted(listed, key=lambda b: b.name)
+
+    def create_bucket(self, bucket: str, location: str | None) -> None:
+        self._call("create_bucket", bucket, location)
+
+    def head_bucket(self, bucket: str) -> None:
+        self._call("head_bucket", bucket)
+
+    def delete_bucket(self, bucket: str) -> None:
+        self._call("delete_bucket", bucket)
+
+    def bucket_location(self, bucket: str) -> str | None:
+        result: str | None = self._call("bucket_location", bucket)
+        return result
+
+    # ---- listing -------------------------------------------------------------------------------
+    def list_objects(self, bucket: str, prefix: str, delimiter: str | None, start_after: str | None,
+                     max_keys: int) -> ListPage:
+        page: ListPage = self._call("list_objects", bucket, prefix, delimiter, start_after, max_keys)
+        return page
+
+    def list_object_versions(self, bucket: str, prefix: str, delimiter: str | None, key_marker: str | None,
+                             max_keys: int) -> ListPage:
+        page: ListPage = self._call("list_object_versions", bucket, prefix, delimiter, key_marker, max_keys)
+        return page
+
+    # ---- objects -------------------------------------------------------------------------------
+    def head_object(self, bucket: str, key: str, if_none_match: str | None = None) -> ObjectMeta:
+        meta: ObjectMeta = self._call("head_object", bucket, key, if_none_match)
+        return meta
+
+    def object_parts(self, bucket: str, key: str) -> tuple[str, list[PartAttributes]] | None:
+        parts: tuple[str, list[PartAttributes]] | None = self._call("object_parts", bucket, key)
+        return parts
+
+    def get_object(self, bucket: str, key: str, byte_range: str | None = None,
+                   if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:
+        got: tuple[ObjectMeta, BinaryIO] = self._call("get_object", bucket, key, byte_range, if_match)
+        return got
+
+    def put_object(self, bucket: str, key: str, body: BinaryIO, size: int, content_md5: str,
+                   content_headers: dict[str, str], metadata: dict[str, str], checksums: dict[str, str], *,
+                   if_match: str | None = None, if_none_match: str | None = None) -> str:
+        etag: str = self._call("put_object", bucket, key, body, size, content_md5, content_headers, metadata,
+                               checksums, if_match=if_match, if_none_match=if_none_match)
+        return etag
+
+    def copy_object(self, bucket: str, key: str, src_bucket: str, src_key: str, replace: bool,
+                    content_headers: dict[str, str], metadata: dict[str, str]) -> tuple[str, datetime]:
+        """Server-side on one remote; between two remotes, the bytes go through this process."""
+        dst, src = self.route(bucket), self.route(src_bucket)
+        if dst.store is src.store:
+            with self._named(src, src_bucket), self._named(dst, bucket):
+                result: tuple[str, datetime] = dst.store.copy_object(
+                    dst.name(bucket), key, src.name(src_bucket), src_key, replace, content_headers, metadata)
+                return result
+        return self._copy_across(dst, bucket, key, src, src_bucket, src_key, replace, content_headers, metadata)
+
+    def _copy_across(self, dst: Route, bucket: str, key: str, src: Route, src_bucket: str, src_key: str,
+                     replace: bool, content_headers: dict[str, str], metadata: dict[str, str]) -> tuple[str, datetime]:
+        with self._named(src, src_bucket):
+            meta, body = src.store.get_object(src.name(src_bucket), src_key)
+        if not replace:
+            content_headers, metadata = dict(meta.content_headers), dict(meta.metadata)
+        md5 = hashlib.md5()  # S3's Content-MD5
+        with tempfile.SpooledTemporaryFile(max_size=COPY_SPOOL_BYTES) as spool:
+            try:
+                while chunk := body.read(1024 * 1024):
+                    md5.update(chunk)
+                    spool.write(chunk)
+            finally:
+                body.close()
+            size = spool.tell()
+            spool.seek(0)
+            with self._named(dst, bucket):
+                etag = dst.store.put_object(dst.name(bucket), key, spool, size,  # type: ignore[arg-type]
+                                            base64.b64encode(md5.digest()).decode(), content_headers,
+                                            metadata, {})
+        return etag, datetime.now().astimezone()
+
+    def delete_object(self, bucket: str, key: str, if_match: str | None = None) -> None:
+        self._call("delete_object", bucket, key, if_match)
+
+    def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
+        failures: dict[str, tuple[str, str]] = self._call("delete_objects", bucket, keys)
+        return failures
+
+    def current_etag(self, bucket: str, key: str) -> str | None:
+        etag: str | None = self._call("current_etag", bucket, key)
+        return etag
+
+    def conditional_writes(self, bucket: str) -> bool:
+        return bool(self._call("conditional_writes", bucket))
+
+    # ---- multipart -----------------------------------------------------------------------------
+    def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
+                         metadata: dict[str, str], checksum_algorithm: str | None) -> str:
+        upload: str = self._call("create_multipart", bucket, key, content_headers, metadata, checksum_algorithm)
+        return upload
+
+    def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: BinaryIO, size: int,
+                    content_md5: str, checksums: dict[str, str]) -> str:
+        etag: str = self._call("upload_part", bucket, key, upload_id, number, body, size, content_md5, checksums)
+        return etag
+
+    def complete_multipart(self, bucket: str, key: str, upload_id: str,
+                           parts: list[tuple[int, str, dict[str, str]]]) -> str:
+        etag: str = self._call("complete_multipart", bucket, key, upload_id, parts)
+        return etag
+
+    def list_parts(self, bucket: str, key: str, upload_id: str) -> dict[int, str]:
+        parts: dict[int, str] = self._call("list_parts", bucket, key, upload_id)
+        return parts
+
+    def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
+        self._call("abort_multipart", bucket, key, upload_id)
+
+
+def _profile(info: RemoteInfo) -> RemoteProfile:
+    try:
+        return profile_named(info.profile)
+    except ValueError:
+        return profile_named(None)  # a value this version does not know: the strictest checks
