@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from app.domain.conditions import NO_WRITE_CONDITIONS, WriteConditions
 from app.domain.errors import S3Error
 from app.domain.names import validate_key, validate_object_size
 from app.domain.objects import (
@@ -37,14 +38,14 @@ from app.services.bodies import (
     StreamBody,
     multipart_etag,
 )
-from app.services.core import GatewayCore
+from app.services.conditional import ConditionalWrites
 from app.services.destage import UploadSpec, upload
 from app.services.writemode import WriteMode
 
 log = logging.getLogger("ferry.gateway")
 
 
-class MultipartService(GatewayCore):
+class MultipartService(ConditionalWrites):
     """The multipart upload operations."""
 
     async def create_upload(self, bucket: str, key: str, tenant_id: int | None,
@@ -185,7 +186,8 @@ class MultipartService(GatewayCore):
             await self._run(self.remote.abort_multipart, bucket, key, remote_id)
 
     async def complete_upload(self, bucket: str, key: str, upload_id: str,
-                              requested: list[tuple[int, str, dict[str, str]]]) -> str:
+                              requested: list[tuple[int, str, dict[str, str]]],
+                              conditions: WriteConditions = NO_WRITE_CONDITIONS) -> str:
         """One atomic claim of the upload: exactly one Complete commits the object from the parts
         it re-reads under the claim; a duplicate waits and answers the committed result."""
         mode = self._mode_for(bucket, key)
@@ -205,7 +207,10 @@ class MultipartService(GatewayCore):
                 continue
             assert isinstance(found, tuple)
             try:
-                return await self._complete_claimed(bucket, key, upload_id, requested, found, token, mode)
+                async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:
+                    hold.result = await self._complete_claimed(bucket, key, upload_id, requested, found, token,
+                                                               mode)
+                    return hold.result
             except ClaimLost:
                 continue  # our lease ran out and another Complete took over: answer its result
             except BaseException:

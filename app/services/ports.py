@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from app.domain.conditions import PreviousWrite
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes, PartInfo, UploadInfo
 from app.domain.uploads import CompletedUpload, UploadClaim
 from app.domain.versions import BlobRef, VersionRow
@@ -121,6 +122,9 @@ class UploadsPort(Protocol):
     def finish_upload(self, claim: UploadClaim) -> list[str]: ...
     def remote_upload(self, upload_id: str) -> str | None: ...
     def claim_remote_upload(self, upload_id: str, remote_id: str) -> str | None: ...
+    def claim_key(self, bucket: str, key: str, token: str, lease_seconds: float) -> PreviousWrite | None: ...
+    def release_key(self, bucket: str, key: str, token: str, *, invocation: str | None = None,
+                    etag: str | None = None) -> None: ...
 
 
 class Staging(Protocol):

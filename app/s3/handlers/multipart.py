@@ -13,7 +13,7 @@ from app.s3.handlers.common import (
     parse_copy_source,
     user_metadata,
 )
-from app.s3.handlers.objects import _copy_conditions
+from app.s3.handlers.objects import _copy_conditions, write_conditions
 from app.s3.request import S3Request
 from app.s3.response import Response, checksum_headers
 from app.services.gateway import Gateway
@@ -73,8 +73,9 @@ async def upload_part_copy(req: S3Request, gw: Gateway) -> Response:
 
 async def complete_upload(req: S3Request, gw: Gateway) -> Response:
     bucket, key = _target(req)
+    conditions = write_conditions(req)
     parts = xml.parse_complete_multipart(await req.read_body(4 * 1024 * 1024))
-    etag = await gw.complete_upload(bucket, key, req.query["uploadId"], parts)
+    etag = await gw.complete_upload(bucket, key, req.query["uploadId"], parts, conditions)
     body = xml.document("CompleteMultipartUploadResult", [
         xml.element("Location", f"/{bucket}/{key}"), xml.element("Bucket", bucket),
         xml.element("Key", key), xml.element("ETag", f'"{etag}"')])
