@@ -21,6 +21,7 @@ from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.journal_queries import JournalQueries
 from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.policies import PolicyRepo
+from app.adapters.catalog.remote_uploads import OwnedRemoteUploads
 from app.adapters.catalog.remotes import RemoteRepo
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.staging import StagingRepo
@@ -40,6 +41,7 @@ from app.services.policies import PolicyBook
 from app.services.readcache import ReadCache
 from app.services.staging import StagingRunner
 from app.services.tenancy import Tenancy
+from app.services.remote_uploads import RemoteUploadSweep
 from app.services.upload_expiry import UploadExpiry
 
 log = logging.getLogger("ferry")
@@ -78,6 +80,7 @@ class Container:
     staging: StagingRunner  # the admin API's warm-up jobs
     upload_expiry: UploadExpiry  # run by the journal sweeper (in-process or beat)
     admin: AdminParts
+    remote_uploads: RemoteUploadSweep | None = None  # leaked remote uploads: the sweeper too
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
@@ -207,9 +210,12 @@ def build(settings: Settings) -> Container:
     staging_repo = StagingRepo(engine)
     staging = StagingRunner(staging_repo, remote, gateway, settings.node_id)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
+    leaked = RemoteUploadSweep(OwnedRemoteUploads(engine), remote, settings.remote_upload_sweep_interval,
+                               settings.remote_upload_grace)
     if isinstance(executor, EmbeddedExecutor):
         executor.chores.append(expiry.sweep)
+        executor.chores.append(leaked.sweep)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
                      policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
-                     upload_expiry=expiry,
+                     upload_expiry=expiry, remote_uploads=leaked,
                      admin=make_admin_parts(settings, engine, staging_repo, journal, executor))

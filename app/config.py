@@ -24,7 +24,7 @@ DURATION_FIELDS = (
     "multipart_expiry", "body_read_timeout", "http_keep_alive_timeout", "http_header_timeout",
     "journal_retention_seconds", "cache_ttl_seconds", "cache_revalidate_interval", "policy_refresh_seconds",
     "node_heartbeat_seconds", "node_stale_seconds", "destage_lease_seconds", "destage_backoff_base",
-    "destage_backoff_cap", "sweep_interval",
+    "destage_backoff_cap", "sweep_interval", "remote_upload_sweep_interval", "remote_upload_grace",
 )
 WriteMode = Literal["write-back", "write-through", "read-only", "bypass"]
 
@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     eager_part_copy: bool = Field(True, description="Copy multipart parts to the remote as they arrive.")
     multipart_expiry: float = Field(7 * 86400.0, gt=0,
                                     description="Seconds after which an upload never completed is aborted.")
+    remote_upload_sweep_interval: float = Field(
+        3600.0, ge=0, description="Seconds between sweeps of leaked remote multipart uploads; 0 turns it off.")
+    remote_upload_grace: float = Field(
+        86400.0, gt=0, description="Age after which a remote multipart upload no upload or journal row owns is aborted.")
     write_buffer_bytes: int = Field(64 * 1024**3, ge=1)
     # One tenant's bodies in flight (per process): a share of the write buffer, a number of uploads.
     tenant_buffer_share: float = Field(0.25, gt=0, le=1)

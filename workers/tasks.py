@@ -34,6 +34,8 @@ def sweep() -> int:
         destage.delay(seq)
     if c.upload_expiry is not None:  # abandoned multipart uploads of this node
         c.upload_expiry.sweep()
+    if c.remote_uploads is not None:  # remote uploads nothing owns any more (at most once per interval)
+        c.remote_uploads.sweep()
     return len(due)
 
 

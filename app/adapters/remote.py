@@ -487,6 +487,18 @@ class RemoteStore:
                 return parts
             marker = int(resp.get("NextPartNumberMarker") or max(parts, default=0))
 
+    def list_multipart(self, bucket: str) -> list[tuple[str, str, datetime]]:
+        """Every multipart upload in progress on the remote bucket: (key, upload id, initiated)."""
+        out: list[tuple[str, str, datetime]] = []
+        kwargs: dict[str, Any] = {"Bucket": bucket}
+        while True:
+            with translate_errors(bucket):
+                resp = self.client.list_multipart_uploads(**kwargs)
+            out += [(u["Key"], u["UploadId"], u["Initiated"]) for u in resp.get("Uploads", [])]
+            if not resp.get("IsTruncated") or not resp.get("NextKeyMarker"):
+                return out
+            kwargs.update(KeyMarker=resp["NextKeyMarker"], UploadIdMarker=resp.get("NextUploadIdMarker", ""))
+
     def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
         with translate_errors(bucket, key), contextlib.suppress(S3Error):
             self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)

@@ -200,3 +200,6 @@ class InMemoryRemote:
 
     def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
         self.uploads.pop(upload_id, None)
+
+    def list_multipart(self, bucket: str) -> list[tuple[str, str, datetime]]:
+        return [(k, u, datetime.now(UTC)) for u, (b, k, _) in self.uploads.items() if b == bucket]
