@@ -39,9 +39,9 @@ from app.services.gateway import Gateway
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
 from app.services.readcache import ReadCache
+from app.services.remote_uploads import RemoteUploadSweep
 from app.services.staging import StagingRunner
 from app.services.tenancy import Tenancy
-from app.services.remote_uploads import RemoteUploadSweep
 from app.services.upload_expiry import UploadExpiry
 
 log = logging.getLogger("ferry")
