@@ -441,11 +441,14 @@ class RemoteStore:
 
     # ---- multipart (destage of a locally assembled upload) -------------------------------------
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
-                         metadata: dict[str, str], checksum_algorithm: str | None) -> str:
+                         metadata: dict[str, str], checksum_algorithm: str | None,
+                         checksum_type: str | None = None) -> str:
         kwargs = object_params(content_headers, metadata)
         kwargs.update(Bucket=bucket, Key=key)
         if checksum_algorithm:
             kwargs["ChecksumAlgorithm"] = checksum_algorithm
+            if checksum_type:  # the remote then keeps the same kind of checksum Complete answered
+                kwargs["ChecksumType"] = checksum_type
         if "expires" in content_headers:
             kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
         with translate_errors(bucket, key):

@@ -52,7 +52,8 @@ class RemoteMultipart(Protocol):
     """The remote's multipart operations (destage of a multipart version, eager part copies)."""
 
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
-                         metadata: dict[str, str], checksum_algorithm: str | None) -> str: ...
+                         metadata: dict[str, str], checksum_algorithm: str | None,
+                         checksum_type: str | None = None) -> str: ...
     def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: BinaryIO, size: int,
                     content_md5: str, checksums: dict[str, str]) -> str: ...
     def complete_multipart(self, bucket: str, key: str, upload_id: str,

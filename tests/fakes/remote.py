@@ -165,7 +165,8 @@ class InMemoryRemote:
 
     # ---- multipart -----------------------------------------------------------------------------
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
-                         metadata: dict[str, str], checksum_algorithm: str | None) -> str:
+                         metadata: dict[str, str], checksum_algorithm: str | None,
+                         checksum_type: str | None = None) -> str:
         self._bucket(bucket)
         upload_id = f"remote-upload-{next(self._ids)}"
         self.uploads[upload_id] = (bucket, key, {})

@@ -16,7 +16,7 @@ from app.s3.handlers.common import (
     user_metadata,
 )
 from app.s3.request import S3Request
-from app.s3.response import Response, checksum_headers, object_headers
+from app.s3.response import Response, checksum_headers, object_checksum_headers, object_headers
 from app.services.gateway import Gateway
 
 RESPONSE_OVERRIDES = {
@@ -72,7 +72,7 @@ async def head_object(req: S3Request, gw: Gateway) -> Response:
         headers.append(("Content-Range", rng.content_range))
         return Response(206, _with_overrides(req, headers), b"", rng.length)
     if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
-        headers += checksum_headers(meta.checksums)
+        headers += object_checksum_headers(meta.checksums)
     return Response(200, _with_overrides(req, headers), b"", meta.size)
 
 
@@ -93,7 +93,7 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
         headers.append(("Content-Range", read.byte_range.content_range))
         return Response(206, _with_overrides(req, headers), read.stream, read.byte_range.length, read.files)
     if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
-        headers += checksum_headers(read.meta.checksums)
+        headers += object_checksum_headers(read.meta.checksums)
     return Response(200, _with_overrides(req, headers), read.stream, read.meta.size, read.files)
 
 
