@@ -50,7 +50,8 @@ FAMILIES: tuple[HeaderFamily, ...] = (
                       "`409 ConditionalRequestConflict`, see s3-compatibility.md",
                  probe={"if-none-match": "*"}),
     HeaderFamily("checksums", ("content-md5", "x-amz-checksum-*", "x-amz-sdk-checksum-algorithm", "x-amz-trailer"),
-                 "supported", note="verified (`400 BadDigest`), stored, returned with `x-amz-checksum-mode: ENABLED`",
+                 "supported", note="verified (`400 BadDigest`), stored, returned with `x-amz-checksum-mode: ENABLED`; "
+                                  "`x-amz-checksum-type` (COMPOSITE / FULL_OBJECT) on CreateMultipartUpload",
                  probe={"x-amz-checksum-mode": "ENABLED"}),
     HeaderFamily("server-side encryption (SSE-S3, SSE-KMS)",
                  ("x-amz-server-side-encryption",), "accepted", "NotImplemented", ("AES256",),
