@@ -74,6 +74,11 @@ def test_released_claim_is_taken_again_and_keeps_the_result(engine: Engine) -> N
     claims.release_key("b", "k", "b")  # a failed write keeps the earlier result
     previous = claims.claim_key("b", "k", "c", 30.0)
     assert previous is not None and previous.etag == "e1"
+    assert claims.forget_key_claims(time.time() + 1) == 0  # held: never forgotten
+    claims.release_key("b", "k", "c", invocation="inv-2", etag="e2")
+    assert claims.forget_key_claims(time.time() - 60) == 0  # too recent
+    assert claims.forget_key_claims(time.time() + 1) == 1
+    assert claims.claim_key("b", "k", "d", 30.0) == PreviousWrite(None, None, 0.0)
 
 
 def test_run_out_claim_is_taken_over_and_node_restart_releases(engine: Engine) -> None:

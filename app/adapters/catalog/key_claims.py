@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.adapters.catalog.tables import KeyClaim
@@ -58,6 +58,13 @@ class KeyClaims:
             values.update(invocation=invocation, etag=etag, done_at=time.time())
         with self.engine.begin() as conn:
             conn.execute(update(t).where(t.bucket == bucket, t.key == key, t.token == token).values(**values))
+
+    def forget_key_claims(self, done_before: float) -> int:
+        """Drop released claims whose last result is older than the cutoff: a retry of that
+        request is long over, and the table stays one row per recently written key."""
+        t = KeyClaim
+        with self.engine.begin() as conn:
+            return int(conn.execute(delete(t).where(t.lease_until == 0, t.done_at < done_before)).rowcount)
 
     def release_key_claims_of_node(self) -> int:
         """Crash recovery at start: claims this node holds died with its previous run."""
