@@ -22,6 +22,7 @@ from app.adapters.catalog.journal_queries import JournalQueries
 from app.adapters.catalog.nodes import NodeDirectory
 from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.policies import PolicyRepo
+from app.adapters.catalog.remote_uploads import OwnedRemoteUploads
 from app.adapters.catalog.remotes import RemoteRepo
 from app.adapters.catalog.replicas import ReplicaRepo
 from app.adapters.catalog.repo import Catalog
@@ -48,6 +49,7 @@ from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
+from app.services.remote_uploads import RemoteUploadSweep
 from app.services.replicas import ReplicaKeeper
 from app.services.staging import StagingRunner
 from app.services.tenancy import Tenancy
@@ -104,6 +106,7 @@ class Container:
     chores: ChoreLoop  # the chores this process runs itself (all of them in embedded mode)
     fleet: FleetParts | None = None
     replicas: ReplicaKeeper | None = None  # fleet: copies of other nodes' writes, takeover (sweeper)
+    remote_uploads: RemoteUploadSweep | None = None  # leaked remote uploads: the sweeper too
 
 
 def remote_config(settings: Settings) -> RemoteConfig:
@@ -173,16 +176,18 @@ def sweep_node(settings: Settings) -> str | None:
 def chore_intervals(settings: Settings) -> Intervals:
     """The settings the chores run by (the in-process loop and each node's beat alike)."""
     return Intervals(sweep=settings.sweep_interval, retention=settings.journal_retention_seconds,
-                     revalidate=settings.cache_revalidate_interval)
+                     revalidate=settings.cache_revalidate_interval,
+                     remote_uploads=settings.remote_upload_sweep_interval)
 
 
 def make_chores(settings: Settings, journal: Journal, cache: ReadCache, expiry: UploadExpiry,
                 executor: EmbeddedExecutor | CeleryExecutor,
-                replicas: ReplicaKeeper | None = None) -> tuple[ChoreParts, ChoreLoop]:
+                replicas: ReplicaKeeper | None = None,
+                remote_uploads: RemoteUploadSweep | None = None) -> tuple[ChoreParts, ChoreLoop]:
     """Every chore in this process in embedded mode; in fleet mode the node's Celery worker runs
     the node and shared chores from its beat, and this process only its own (access times)."""
     parts = ChoreParts(journal, cache, expiry, executor.submit, chore_intervals(settings),
-                       sweep_node=sweep_node(settings), replicas=replicas)
+                       sweep_node=sweep_node(settings), replicas=replicas, remote_uploads=remote_uploads)
     scopes: tuple[Scope, ...] = ("process",) if settings.broker_url else ("node", "shared", "process")
     return parts, ChoreLoop(parts, scopes)
 
@@ -291,10 +296,12 @@ def build(settings: Settings) -> Container:
     staging = StagingRunner(staging_repo, remote, gateway.warm_object, settings.node_id)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
     replicas = make_replicas(settings, engine, blobs, executor)
-    chore_parts, chores = make_chores(settings, journal, cache, expiry, executor, replicas)
+    leaked = RemoteUploadSweep(OwnedRemoteUploads(engine), remote, settings.remote_upload_sweep_interval,
+                               settings.remote_upload_grace)
+    chore_parts, chores = make_chores(settings, journal, cache, expiry, executor, replicas, leaked)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
                      policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
-                     upload_expiry=expiry, replicas=replicas,
+                     upload_expiry=expiry, replicas=replicas, remote_uploads=leaked,
                      admin=make_admin_parts(settings, engine, staging_repo, journal, executor),
                      chore_parts=chore_parts, chores=chores,
                      fleet=fleet and FleetParts(fleet[0], fleet[1], PeerServer(

@@ -190,7 +190,9 @@ def _recover(settings: Settings) -> None:
     try:
         journal = Journal(engine, settings.node_id)
         dropped = BlobStore(settings.data_dir, fsync=settings.fsync).recover(journal.blobs_referenced)
-        Catalog(engine, settings.node_id).release_claims_of_node()  # Completes killed mid-way
+        catalog = Catalog(engine, settings.node_id)
+        catalog.release_claims_of_node()  # Completes killed mid-way
+        catalog.release_key_claims_of_node()  # conditional writes killed mid-way
     finally:
         engine.dispose()
     if dropped:

@@ -26,6 +26,7 @@ DURATION_FIELDS = (
     "node_heartbeat_seconds", "node_stale_seconds", "destage_lease_seconds", "destage_backoff_base",
     "destage_backoff_cap", "sweep_interval", "fleet_clock_skew_seconds", "fleet_peer_timeout",
     "remote_refresh_seconds", "destage_time_limit",
+    "remote_upload_sweep_interval", "remote_upload_grace",
 )
 WriteMode = Literal["write-back", "write-through", "read-only", "bypass"]
 
@@ -104,6 +105,13 @@ class Settings(BaseSettings):
     eager_part_copy: bool = Field(True, description="Copy multipart parts to the remote as they arrive.")
     multipart_expiry: float = Field(7 * 86400.0, gt=0,
                                     description="Seconds after which an upload never completed is aborted.")
+    remote_upload_sweep_interval: float = Field(
+        3600.0, ge=0, description="Seconds between sweeps of leaked remote multipart uploads; 0 turns it off.")
+    # Longer than FERRY_MULTIPART_EXPIRY by default: gateways with separate catalogs on one remote
+    # do not see each other's uploads, and no upload of theirs stays open that long.
+    remote_upload_grace: float = Field(
+        8 * 86400.0, gt=0,
+        description="Age after which a remote multipart upload no upload or journal row owns is aborted.")
     write_buffer_bytes: int = Field(64 * 1024**3, ge=1)
     # One tenant's bodies in flight (per process): a share of the write buffer, a number of uploads.
     tenant_buffer_share: float = Field(0.25, gt=0, le=1)

@@ -452,11 +452,14 @@ class RemoteStore:
 
     # ---- multipart (destage of a locally assembled upload) -------------------------------------
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
-                         metadata: dict[str, str], checksum_algorithm: str | None) -> str:
+                         metadata: dict[str, str], checksum_algorithm: str | None,
+                         checksum_type: str | None = None) -> str:
         kwargs = object_params(content_headers, metadata)
         kwargs.update(Bucket=bucket, Key=key)
         if checksum_algorithm:
             kwargs["ChecksumAlgorithm"] = checksum_algorithm
+            if checksum_type:  # the remote then keeps the same kind of checksum Complete answered
+                kwargs["ChecksumType"] = checksum_type
         if "expires" in content_headers:
             kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
         with translate_errors(bucket, key):
@@ -497,6 +500,18 @@ class RemoteStore:
             if not resp.get("IsTruncated"):
                 return parts
             marker = int(resp.get("NextPartNumberMarker") or max(parts, default=0))
+
+    def list_multipart(self, bucket: str) -> list[tuple[str, str, datetime]]:
+        """Every multipart upload in progress on the remote bucket: (key, upload id, initiated)."""
+        out: list[tuple[str, str, datetime]] = []
+        kwargs: dict[str, Any] = {"Bucket": bucket}
+        while True:
+            with translate_errors(bucket):
+                resp = self.client.list_multipart_uploads(**kwargs)
+            out += [(u["Key"], u["UploadId"], u["Initiated"]) for u in resp.get("Uploads", [])]
+            if not resp.get("IsTruncated") or not resp.get("NextKeyMarker"):
+                return out
+            kwargs.update(KeyMarker=resp["NextKeyMarker"], UploadIdMarker=resp.get("NextUploadIdMarker", ""))
 
     def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
         with translate_errors(bucket, key), contextlib.suppress(S3Error):

@@ -80,3 +80,58 @@ class Conditions:
 
 
 NO_CONDITIONS = Conditions()
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousWrite:
+    """What the last conditional write of a key left when its claim was released: its ETag and
+    the client's SDK invocation id (``amz-sdk-invocation-id``, the same on every retry)."""
+
+    invocation: str | None
+    etag: str | None
+    done_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WriteConditions:
+    """A write's preconditions on the key's current version (PutObject, CopyObject's
+    destination, CompleteMultipartUpload): ``If-Match: <etag>`` and ``If-None-Match: *``."""
+
+    if_match: str | None = None
+    if_none_match: str | None = None
+    invocation: str | None = None  # the SDK's invocation id: recognises a retry of this request
+
+    @classmethod
+    def parse(cls, if_match: str | None, if_none_match: str | None,
+              invocation: str | None = None) -> WriteConditions:
+        """S3's rules: If-None-Match takes only ``*``; an empty header is no condition."""
+        match = if_match.strip() if if_match and if_match.strip() else None
+        none_match = if_none_match.strip() if if_none_match and if_none_match.strip() else None
+        if none_match is not None and none_match != "*":
+            raise S3Error("NotImplemented", "A header you provided implies functionality that is not "
+                          "implemented", Header="If-None-Match")
+        return cls(match, none_match, invocation.strip()[:128] if invocation else None)
+
+    @property
+    def any(self) -> bool:
+        return self.if_match is not None or self.if_none_match is not None
+
+    def check(self, current_etag: str | None) -> None:
+        """Judge the conditions against the key's newest version (None: there is none)."""
+        if self.if_none_match is not None and current_etag is not None:
+            raise S3Error("PreconditionFailed", Condition="If-None-Match")
+        if self.if_match is not None:
+            if current_etag is None:
+                raise S3Error("NoSuchKey")
+            tags = _etags(self.if_match)
+            if "*" not in tags and current_etag.strip('"') not in tags:
+                raise S3Error("PreconditionFailed", Condition="If-Match")
+
+    def retried(self, previous: PreviousWrite | None, current_etag: str | None, etag: str) -> bool:
+        """Whether this request is the retry of the conditional write that produced the key's
+        current version (its first answer was lost): same invocation id, same body, still newest."""
+        return (self.invocation is not None and previous is not None and previous.invocation == self.invocation
+                and previous.etag is not None and previous.etag == current_etag == etag)
+
+
+NO_WRITE_CONDITIONS = WriteConditions()

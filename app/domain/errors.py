@@ -56,6 +56,9 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "NoSuchVersion": (404, "The specified version does not exist."),
     "NotImplemented": (501, "A header you provided implies functionality that is not implemented."),
     "NotModified": (304, "Not Modified"),
+    "ConditionalRequestConflict": (409, "A conflicting operation occurred. If using PutObject you can retry the "
+                                   "request. If using CompleteMultipartUpload you should initiate another "
+                                   "upload and try again."),
     "OperationAborted": (409, "A conflicting conditional operation is currently in progress against this "
                          "resource. Try again."),
     "PreconditionFailed": (412, "At least one of the pre-conditions you specified did not hold"),

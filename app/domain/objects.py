@@ -113,3 +113,4 @@ class UploadInfo:
     key: str
     initiated: datetime
     checksum_algorithm: str | None = None
+    checksum_type: str | None = None  # COMPOSITE / FULL_OBJECT, from CreateMultipartUpload

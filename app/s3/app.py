@@ -18,6 +18,7 @@ from app import metrics
 from app.domain.errors import S3Error
 from app.domain.objects import FileRange, FileSegment
 from app.logs import REQUEST_ID, new_request_id
+from app.s3 import headers as header_families
 from app.s3 import xml
 from app.s3.handlers.common import parse_copy_source
 from app.s3.request import ClientDisconnected, S3Request, parse_query, split_target
@@ -111,6 +112,7 @@ class S3App:
             metrics.set_operation(route.name)
             await self._authenticate(req, scope)
             await self._authorize(route, req)
+            header_families.check(req)  # header families Ferry refuses (app/s3/headers.py)
             metrics.mark_authorized(req.bucket, req.key)
             response = await route.handler(req, self.gateway)
         except ClientDisconnected:

@@ -11,8 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from app.domain.errors import ERROR_TABLE
+from app.s3.headers import FAMILIES, HeaderFamily
 from app.s3.request import S3Request
 from app.s3.router import NOT_IMPLEMENTED, resolve
+
+ERROR_STATUS = {code: status for code, (status, _) in ERROR_TABLE.items()}
 
 # Operations that share a wire form with one Ferry serves (S3 Express endpoints) or that Ferry
 # serves in part: what the table says beside "supported".
@@ -57,6 +61,29 @@ def statuses() -> Iterator[tuple[str, str, str]]:
         yield name, route.name, NOTES.get(name, "")
 
 
+def family_status(family: HeaderFamily) -> str:
+    """What the table says of a header family, from the same record the request layer enforces."""
+    error = f"`{ERROR_STATUS.get(family.error or '', '')} {family.error}`".replace("` ", "`") if family.error else ""
+    if family.status == "supported":
+        return "supported"
+    if family.status == "refused":
+        return f"refused: {error}"
+    if family.values:
+        taken = ", ".join(f"`{v}`" if v else "empty" for v in family.values)
+        return f"accepted as a no-op: {taken}; other values refused: {error}"
+    return "accepted as a no-op"
+
+
+def render_families() -> str:
+    rows = [f"| {f.name} | {', '.join(f'`{h}`' for h in f.headers)} | {family_status(f)} | {f.note} |"
+            for f in FAMILIES]
+    return ("## Header families\n\n"
+            "Generated from `app/s3/headers.py`, the table the request layer enforces before any "
+            "handler runs; `tests/integration/test_header_families.py` sends one request per family "
+            "through a gateway and checks the answer stated here.\n\n"
+            "| family | headers | status | notes |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
+
+
 def render() -> str:
     rows = []
     for name, route, note in statuses():
@@ -74,7 +101,7 @@ def render() -> str:
         "`tests/unit/test_router.py` fails when it is out of date. Headers, payloads and errors: "
         "[s3-compatibility.md](s3-compatibility.md).\n\n"
         f"{served} of {len(rows)} operations are served.\n\n"
-        "| operation | status | notes |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+        "| operation | status | notes |\n|---|---|---|\n" + "\n".join(rows) + "\n\n" + render_families()
     )
 
 

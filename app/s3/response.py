@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from email.utils import format_datetime
 
+from app.domain.crc_combine import type_of
 from app.domain.objects import FileSegment, ObjectMeta
 
 XML_TYPE = "application/xml"
@@ -53,3 +54,10 @@ def object_headers(meta: ObjectMeta) -> list[tuple[str, str]]:
 
 def checksum_headers(checksums: dict[str, str]) -> list[tuple[str, str]]:
     return [(f"x-amz-checksum-{alg.lower()}", value) for alg, value in checksums.items()]
+
+
+def object_checksum_headers(checksums: dict[str, str]) -> list[tuple[str, str]]:
+    """GET/HEAD with checksum mode: the checksums and their type (a composite one ends in -N)."""
+    if not checksums:
+        return []
+    return checksum_headers(checksums) + [("x-amz-checksum-type", type_of(next(iter(checksums.values()))))]

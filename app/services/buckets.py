@@ -10,6 +10,7 @@ from app.domain.names import validate_bucket_name
 from app.domain.objects import (
     BucketInfo,
 )
+from app.domain.uploads import UploadNotOpen
 from app.services.core import GatewayCore
 
 
@@ -43,12 +44,35 @@ class BucketsService(GatewayCore):
         self._known_buckets[bucket] = time.monotonic()
 
     async def delete_bucket(self, bucket: str) -> None:
+        """S3's DeleteBucket: a bucket without objects is deleted with its multipart uploads in
+        progress (each aborted as a client's Abort, with the remote upload its eager part copies
+        started); any object, buffered or on the remote, is BucketNotEmpty and aborts nothing."""
         self._known_buckets.pop(bucket, None)
-        if await self._run(self.catalog.list_uploads, bucket, "", None, 1):
-            raise S3Error("BucketNotEmpty", BucketName=bucket)
         await self._settle_pending_deletes(bucket)
+        uploads = await self._run(self.catalog.list_uploads, bucket, "", None, 100_000)
+        if uploads:
+            page = await self._run(self.remote.list_objects, bucket, "", None, None, 1)
+            if page.contents:
+                raise S3Error("BucketNotEmpty", BucketName=bucket)
+            for upload in uploads:
+                await self._abort_for_bucket(bucket, upload.key, upload.upload_id)
         await self._run(self.remote.delete_bucket, bucket)
         await self.tenancy.deleted(bucket)
+
+    async def _abort_for_bucket(self, bucket: str, key: str, upload_id: str) -> None:
+        """Abort one upload of a bucket being deleted; one being completed makes it not empty."""
+        try:
+            blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id)
+        except UploadNotOpen:
+            raise S3Error("BucketNotEmpty", BucketName=bucket) from None
+        for blob in blobs:  # parts held by another node's disk are not here: nothing to delete
+            await self._run(self.blobs.delete, blob)
+        if remote_id is not None:
+            try:
+                await self._run(self.remote.abort_multipart, bucket, key, remote_id)
+            except S3Error as err:
+                if err.code not in ("NoSuchUpload", "NoSuchBucket"):
+                    raise
 
     async def _settle_pending_deletes(self, bucket: str) -> None:
         """Before DeleteBucket: a bucket whose only buffered rows are deletes is empty once they

@@ -64,6 +64,10 @@ class Sweep(Protocol):
     def sweep(self) -> int: ...
 
 
+class RemoteUploads(Protocol):
+    def sweep_now(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Intervals:
     """The settings chores run by (seconds; 0 turns a chore off)."""
@@ -77,6 +81,7 @@ class Intervals:
     orphans: float = 86400.0  # the orphan sweep walks every block file: daily ...
     orphans_first: float = 60.0  # ... and a minute after start
     touches: float = 1.0  # access times buffered in each serving process
+    remote_uploads: float = 3600.0  # FERRY_REMOTE_UPLOAD_SWEEP_INTERVAL: remote uploads nothing owns
 
 
 def compaction_interval(retention_seconds: float, sweep_interval: float) -> float:
@@ -96,6 +101,7 @@ class ChoreParts:
     intervals: Intervals
     sweep_node: str | None = None  # None: every row (a catalog that only this data dir uses)
     replicas: Sweep | None = None  # fleet: take over lost nodes' writes this node holds copies of
+    remote_uploads: RemoteUploads | None = None  # remote multipart uploads no catalog row owns
     _running: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
 
 
@@ -146,6 +152,9 @@ CHORES: tuple[Chore, ...] = (
     Chore("cache-scrub", "node", _scrub, lambda i: i.scrub),
     # The entries and blocks it compares are this node's (CacheIndex rows carry the node id).
     Chore("cache-revalidation", "node", lambda p: p.cache.revalidate_all(), lambda i: i.revalidate),
+    # Every bucket of the remote against the shared catalog's uploads and rows: once for the fleet.
+    Chore("remote-uploads", "shared", lambda p: p.remote_uploads.sweep_now() if p.remote_uploads else 0,
+          lambda i: i.remote_uploads),
     Chore("compact", "shared", _compact,
           lambda i: compaction_interval(i.retention, i.sweep) if i.retention else 0.0, lambda i: 0.0),
     Chore("cache-touches", "process", lambda p: p.cache.flush_touches(), lambda i: i.touches),

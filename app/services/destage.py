@@ -121,7 +121,7 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
     reused = upload_id is not None
     if upload_id is None:
         upload_id = remote.create_multipart(spec.bucket, spec.key, spec.content_headers, spec.metadata,
-                                            spec.checksum_algorithm)
+                                            spec.checksum_algorithm, _checksum_type(spec))
     numbered = all(p.number for p in spec.blobs)
     numbers = [int(p.number or 0) for p in spec.blobs] if numbered else list(range(1, len(spec.blobs) + 1))
 
@@ -147,6 +147,13 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
         if not reused:  # a reused upload keeps its parts for the retry
             remote.abort_multipart(spec.bucket, spec.key, upload_id)
         raise
+
+
+def _checksum_type(spec: UploadSpec) -> str | None:
+    """A FULL_OBJECT multipart checksum (no ``-N``) asks the remote for the same type; otherwise
+    the remote's default (COMPOSITE, FULL_OBJECT for CRC64NVME), which is Ferry's too."""
+    value = spec.checksums.get(spec.checksum_algorithm or "")
+    return "FULL_OBJECT" if value and "-" not in value else None
 
 
 def spec_of(row: VersionRow) -> UploadSpec:

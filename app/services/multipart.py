@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import logging
 import secrets
@@ -14,6 +15,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from app.domain.conditions import NO_WRITE_CONDITIONS, WriteConditions
+from app.domain.crc_combine import FULL_OBJECT, full_object
 from app.domain.errors import S3Error
 from app.domain.names import validate_object_size
 from app.domain.objects import (
@@ -38,24 +41,26 @@ from app.services.bodies import (
     StreamBody,
     multipart_etag,
 )
-from app.services.core import GatewayCore
+from app.services.conditional import ConditionalWrites
 from app.services.destage import UploadSpec, upload
 from app.services.writemode import WriteMode
 
 log = logging.getLogger("ferry.gateway")
 
 
-class MultipartService(GatewayCore):
+class MultipartService(ConditionalWrites):
     """The multipart upload operations."""
 
     async def create_upload(self, bucket: str, key: str, tenant_id: int | None,
                             content_headers: dict[str, str], metadata: dict[str, str],
-                            checksum_algorithm: str | None) -> UploadInfo:
+                            checksum_algorithm: str | None, checksum_type: str | None = None) -> UploadInfo:
         self._check_key(bucket, key)
         self._mode_for(bucket, key)  # a read-only mapping refuses the upload up front
         await self._check_bucket(bucket)
         upload_id = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")
-        headers = {"content": content_headers, "metadata": metadata}
+        headers: dict[str, object] = {"content": content_headers, "metadata": metadata}
+        if checksum_type:
+            headers["checksum_type"] = checksum_type
         return await self._run(self.catalog.create_upload, upload_id, bucket, key, tenant_id, headers,
                                checksum_algorithm)
 
@@ -133,7 +138,8 @@ class MultipartService(GatewayCore):
                 return  # completed or aborted meanwhile
             info, headers = found
             created = self.remote.create_multipart(bucket, key, dict(headers.get("content", {})),
-                                                   dict(headers.get("metadata", {})), info.checksum_algorithm)
+                                                   dict(headers.get("metadata", {})), info.checksum_algorithm,
+                                                   str(headers.get("checksum_type") or "") or None)
             remote_id = self.catalog.claim_remote_upload(upload_id, created)
             if remote_id != created:  # another worker created one first, or the upload ended
                 self.remote.abort_multipart(bucket, key, created)
@@ -163,7 +169,9 @@ class MultipartService(GatewayCore):
 
     async def list_parts(self, bucket: str, key: str, upload_id: str, marker: int, max_parts: int
                          ) -> tuple[UploadInfo, list[PartInfo], bool]:
-        info, _ = await self._upload(bucket, key, upload_id)
+        info, headers = await self._upload(bucket, key, upload_id)
+        if headers.get("checksum_type"):
+            info = dataclasses.replace(info, checksum_type=str(headers["checksum_type"]))
         rows = await self._run(self.catalog.parts, upload_id, marker, max_parts + 1)
         parts = [p for p, _ in rows]
         return info, parts[:max_parts], len(parts) > max_parts
@@ -186,7 +194,15 @@ class MultipartService(GatewayCore):
             await self._run(self.remote.abort_multipart, bucket, key, remote_id)
 
     async def complete_upload(self, bucket: str, key: str, upload_id: str,
-                              requested: list[tuple[int, str, dict[str, str]]]) -> str:
+                              requested: list[tuple[int, str, dict[str, str]]],
+                              conditions: WriteConditions = NO_WRITE_CONDITIONS) -> str:
+        """Complete, answering the ETag (``complete_upload_result`` also gives the checksum)."""
+        return (await self.complete_upload_result(bucket, key, upload_id, requested, conditions))[0]
+
+    async def complete_upload_result(self, bucket: str, key: str, upload_id: str,
+                                     requested: list[tuple[int, str, dict[str, str]]],
+                                     conditions: WriteConditions = NO_WRITE_CONDITIONS
+                                     ) -> tuple[str, dict[str, str]]:
         """One atomic claim of the upload: exactly one Complete commits the object from the parts
         it re-reads under the claim; a duplicate waits and answers the committed result."""
         mode = self._mode_for(bucket, key)
@@ -197,7 +213,7 @@ class MultipartService(GatewayCore):
                                              mode.claim_seconds)
             if outcome == "completed":
                 assert isinstance(found, CompletedUpload)
-                return _repeated(found, bucket, key, upload_id, requested)
+                return _repeated(found, bucket, key, upload_id, requested), {}
             if outcome == "gone":
                 raise S3Error("NoSuchUpload", UploadId=upload_id)
             if outcome == "busy":  # another Complete holds the claim: wait for its result
@@ -206,7 +222,10 @@ class MultipartService(GatewayCore):
                 continue
             assert isinstance(found, tuple)
             try:
-                return await self._complete_claimed(bucket, key, upload_id, requested, found, token, mode)
+                async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:
+                    done = await self._complete_claimed(bucket, key, upload_id, requested, found, token, mode)
+                    hold.result = done[0]
+                    return done
             except ClaimLost:
                 continue  # our lease ran out and another Complete took over: answer its result
             except BaseException:
@@ -215,7 +234,8 @@ class MultipartService(GatewayCore):
 
     async def _complete_claimed(self, bucket: str, key: str, upload_id: str,
                                 requested: list[tuple[int, str, dict[str, str]]],
-                                found: tuple[UploadInfo, dict[str, Any]], token: str, mode: WriteMode) -> str:
+                                found: tuple[UploadInfo, dict[str, Any]], token: str, mode: WriteMode
+                                ) -> tuple[str, dict[str, str]]:
         """Validate the part list against the parts as they are now, then commit the object
         (write-back: its journal row; write-through: the remote upload) under the claim."""
         info, headers = found
@@ -230,27 +250,28 @@ class MultipartService(GatewayCore):
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
         remote_id = await self._run(self.catalog.remote_upload, upload_id)
+        checksums = multipart_checksum(info.checksum_algorithm, str(headers.get("checksum_type") or ""), pieces)
         if await mode.journals(bucket, key):
             # The parts become the object's blobs: no byte is copied again (here; a replica is a copy).
             replica = await self._replicate(bucket, key, pieces)
             row = await self._run(functools.partial(
                 self.journal.append_put, bucket, key, size, etag, pieces, multipart=True,
                 content_headers=content, metadata=metadata,
-                checksums=composite_checksum(info.checksum_algorithm, pieces),
+                checksums=checksums,
                 checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=claim,
                 remote_upload_id=remote_id, invalidate_cache=True, replica=replica))
             unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
             for blob in unused:
                 await self._run(self.blobs.delete, blob)
             await mode.hand_on(row)
-            return etag
-        spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, {}, info.checksum_algorithm,
-                          remote_id)
+            return etag, checksums
+        spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, checksums,
+                          info.checksum_algorithm, remote_id)
         await self._run(upload, self.remote, self.blobs, spec, self.part_concurrency)
         for blob in await self._run(self.catalog.finish_upload, claim):
             await self._run(self.blobs.delete, blob)
         await self._written(bucket, key)
-        return etag
+        return etag, checksums
 
     async def _check_parts_here(self, upload_id: str, chosen: list[tuple[PartInfo, str]]) -> None:
         """Parts live in the data directory of the node that received them; until nodes fetch
@@ -323,6 +344,16 @@ def _parse_copy_range(header: str | None, size: int) -> tuple[int, int] | None:
     return first, last
 
 
+
+
+def multipart_checksum(algorithm: str | None, checksum_type: str, pieces: list[BlobRef]) -> dict[str, str]:
+    """The object's checksum as its upload's ChecksumType asks: FULL_OBJECT combines the part
+    CRCs into the CRC of the whole object (no byte read again); COMPOSITE is ``<b64>-N``."""
+    if checksum_type != FULL_OBJECT:
+        return composite_checksum(algorithm, pieces)
+    if not algorithm or not pieces or any(algorithm not in p.checksums for p in pieces):
+        return {}
+    return {algorithm: full_object(algorithm, [(p.checksums[algorithm], p.size) for p in pieces])}
 
 
 def composite_checksum(algorithm: str | None, pieces: list[BlobRef]) -> dict[str, str]:

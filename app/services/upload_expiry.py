@@ -58,4 +58,5 @@ class UploadExpiry:
             aborted += 1
             log.info("expired multipart upload %s", upload_id)
         self.catalog.forget_completed(now - timedelta(seconds=self.retention))
+        self.catalog.forget_key_claims(time.time() - self.retention)  # conditional writes' results
         return aborted

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable
 from datetime import datetime
 
+from app.domain.conditions import NO_WRITE_CONDITIONS, WriteConditions
 from app.domain.errors import S3Error
 from app.domain.objects import (
     ObjectMeta,
@@ -19,15 +20,16 @@ from app.services.bodies import (
     ReceivedBody,
     StreamBody,
 )
-from app.services.core import GatewayCore
+from app.services.conditional import ConditionalWrites
 from app.services.writemode import WriteMode
 
 
-class WritesService(GatewayCore):
+class WritesService(ConditionalWrites):
     """PutObject, CopyObject, DeleteObject(s)."""
 
     async def put_object(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
-                         metadata: dict[str, str], expected: ExpectedDigests) -> PutResult:
+                         metadata: dict[str, str], expected: ExpectedDigests,
+                         conditions: WriteConditions = NO_WRITE_CONDITIONS) -> PutResult:
         self._check_key(bucket, key)
         mode = self._mode_for(bucket, key)
         await mode.admit(bucket)
@@ -38,18 +40,32 @@ class WritesService(GatewayCore):
             self._release(reserved)
         try:
             self._check_size(bucket, key, received.staging.size)
-            # Asked once the body is here, right before it is written: a row buffered while it
-            # arrived (the mode turned write-back meanwhile) is older than this write.
-            journaled = await mode.journals(bucket, key)
+            async with self._conditional(bucket, key, conditions, mode.claim_seconds,
+                                         received.digests.md5_hex()) as hold:
+                if hold.repeat is not None:  # the retry of the write that made this version
+                    await self._run(self.blobs.discard, received.staging)
+                    return PutResult(hold.repeat, received.checksums)
+                result = await self._put_received(bucket, key, received, content_headers, metadata, mode,
+                                                  hold.fence() if conditions.any else {})
+                hold.result = result.etag
+                return result
         except BaseException:
             await self._run(self.blobs.discard, received.staging)
             raise
-        if journaled:
+
+    async def _put_received(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
+                            metadata: dict[str, str], mode: WriteMode, fence: dict[str, str]) -> PutResult:
+        """Write a received body: its journal row, or (write-through) the remote object."""
+        # Asked once the body is here, right before it is written: a row buffered while it
+        # arrived (the mode turned write-back meanwhile) is older than this write.
+        if await mode.journals(bucket, key):
             row = await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
             await mode.hand_on(row)
             return PutResult(row.etag, received.checksums)
+        if fence and not await self._run(self.remote.conditional_writes, bucket):
+            fence = {}
         try:
-            etag = await self._run(self._upload_file, bucket, key, received, content_headers, metadata)
+            etag = await self._run(self._upload_file, bucket, key, received, content_headers, metadata, fence)
         finally:
             await self._run(self.blobs.discard, received.staging)
         await self._written(bucket, key)
@@ -92,15 +108,16 @@ class WritesService(GatewayCore):
         return row
 
     def _upload_file(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
-                     metadata: dict[str, str]) -> str:
+                     metadata: dict[str, str], fence: dict[str, str]) -> str:
         with open(received.staging.path, "rb") as fh:
             etag = self.remote.put_object(bucket, key, fh, received.staging.size, received.digests.md5_b64(),
-                                          content_headers, metadata, received.checksums)
+                                          content_headers, metadata, received.checksums, **fence)
         return etag or received.digests.md5_hex()
 
     async def copy_object(self, bucket: str, key: str, src_bucket: str, src_key: str, replace: bool,
                           content_headers: dict[str, str], metadata: dict[str, str],
-                          check: Callable[[ObjectMeta], None]) -> tuple[str, datetime]:
+                          check: Callable[[ObjectMeta], None],
+                          conditions: WriteConditions = NO_WRITE_CONDITIONS) -> tuple[str, datetime]:
         self._check_key(bucket, key)
         self._check_key(src_bucket, src_key)
         source = await self.head_object(src_bucket, src_key)
@@ -116,12 +133,15 @@ class WritesService(GatewayCore):
         if not replace:
             content_headers, metadata = dict(source.content_headers), dict(source.metadata)
         mode = self._mode_for(bucket, key)
-        if await mode.journals(bucket, key):
-            row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
-            await mode.hand_on(row)
-            return row.etag, row.created_at
-        result = await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
-                                 content_headers, metadata)
+        async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:
+            if await mode.journals(bucket, key):
+                row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
+                await mode.hand_on(row)
+                hold.result = row.etag
+                return row.etag, row.created_at
+            result = await self._run(self.remote.copy_object, bucket, key, src_bucket, src_key, replace,
+                                     content_headers, metadata)
+            hold.result = result[0]
         await self._written(bucket, key)
         return result
 

@@ -171,7 +171,8 @@ class InMemoryRemote:
 
     # ---- multipart -----------------------------------------------------------------------------
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
-                         metadata: dict[str, str], checksum_algorithm: str | None) -> str:
+                         metadata: dict[str, str], checksum_algorithm: str | None,
+                         checksum_type: str | None = None) -> str:
         self._bucket(bucket)
         upload_id = f"remote-upload-{next(self._ids)}"
         self.uploads[upload_id] = (bucket, key, {})
@@ -206,3 +207,6 @@ class InMemoryRemote:
 
     def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
         self.uploads.pop(upload_id, None)
+
+    def list_multipart(self, bucket: str) -> list[tuple[str, str, datetime]]:
+        return [(k, u, datetime.now(UTC)) for u, (b, k, _) in self.uploads.items() if b == bucket]

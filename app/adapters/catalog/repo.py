@@ -15,6 +15,7 @@ from typing import Any, Literal
 from sqlalchemy import Connection, Engine, delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.adapters.catalog.key_claims import KeyClaims
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant
 from app.domain.objects import PartInfo, UploadInfo
 from app.domain.states import UPLOAD_ALLOWED, IllegalTransition, UploadState, check_move
@@ -68,7 +69,9 @@ def _aware(when: datetime) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-class Catalog:
+class Catalog(KeyClaims):
+    """Uploads, parts, access keys; the per-key claims of conditional writes (``KeyClaims``)."""
+
     def __init__(self, engine: Engine, node_id: str | None = None) -> None:
         self.engine = engine
         self.node_id = node_id  # recorded on uploads and parts: whose data directory holds them

@@ -319,3 +319,21 @@ class Node(Base):
     heartbeat_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     # host:port of the node's internal endpoint (peer reads); '' when it serves no peers.
     address: Mapped[str] = mapped_column(String(255), default="", server_default="")
+
+
+class KeyClaim(Base):
+    """A conditional write's hold on one key (``adapters/catalog/key_claims.py``): the check of
+    If-Match / If-None-Match and the write happen while it is held, on every process sharing the
+    catalog. Released, the row keeps the last conditional write's result so that the same request
+    retried (same SDK invocation id) gets its answer again instead of 412."""
+
+    __tablename__ = "key_claims"
+
+    bucket: Mapped[str] = mapped_column(String(63), primary_key=True)
+    key: Mapped[str] = mapped_column(Text().with_variant(Text(collation="C"), "postgresql"), primary_key=True)
+    token: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    lease_until: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    node_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    invocation: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    etag: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    done_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.domain.crc_combine import checksum_type, type_of
 from app.domain.errors import S3Error
 from app.s3 import xml
 from app.s3.handlers.common import (
@@ -13,7 +14,7 @@ from app.s3.handlers.common import (
     parse_copy_source,
     user_metadata,
 )
-from app.s3.handlers.objects import _copy_conditions
+from app.s3.handlers.objects import _copy_conditions, write_conditions
 from app.s3.request import S3Request
 from app.s3.response import Response, checksum_headers
 from app.services.gateway import Gateway
@@ -39,11 +40,12 @@ async def create_upload(req: S3Request, gw: Gateway) -> Response:
     bucket, key = _target(req)
     algorithm = req.header("x-amz-checksum-algorithm")
     algorithm = algorithm.upper() if algorithm else None
+    kind = checksum_type(algorithm, req.header("x-amz-checksum-type"))
     info = await gw.create_upload(bucket, key, req.tenant_id, content_headers(req), user_metadata(req),
-                                  algorithm)
+                                  algorithm, kind)
     body = xml.document("InitiateMultipartUploadResult", [
         xml.element("Bucket", bucket), xml.element("Key", key), xml.element("UploadId", info.upload_id)])
-    headers = [("x-amz-checksum-algorithm", algorithm)] if algorithm else []
+    headers = [("x-amz-checksum-algorithm", algorithm), ("x-amz-checksum-type", kind or "")] if algorithm else []
     response = Response.xml(body)
     response.headers += headers
     return response
@@ -73,12 +75,16 @@ async def upload_part_copy(req: S3Request, gw: Gateway) -> Response:
 
 async def complete_upload(req: S3Request, gw: Gateway) -> Response:
     bucket, key = _target(req)
+    conditions = write_conditions(req)
     parts = xml.parse_complete_multipart(await req.read_body(4 * 1024 * 1024))
-    etag = await gw.complete_upload(bucket, key, req.query["uploadId"], parts)
-    body = xml.document("CompleteMultipartUploadResult", [
-        xml.element("Location", f"/{bucket}/{key}"), xml.element("Bucket", bucket),
-        xml.element("Key", key), xml.element("ETag", f'"{etag}"')])
-    return Response.xml(body)
+    etag, checksums = await gw.complete_upload_result(bucket, key, req.query["uploadId"], parts, conditions)
+    items = [xml.element("Location", f"/{bucket}/{key}"), xml.element("Bucket", bucket),
+             xml.element("Key", key), xml.element("ETag", f'"{etag}"')]
+    for alg, value in checksums.items():
+        items.append(xml.element(f"Checksum{alg}", value))
+    if checksums:
+        items.append(xml.element("ChecksumType", type_of(next(iter(checksums.values())))))
+    return Response.xml(xml.document("CompleteMultipartUploadResult", items))
 
 
 async def abort_upload(req: S3Request, gw: Gateway) -> Response:
@@ -103,6 +109,8 @@ async def list_parts(req: S3Request, gw: Gateway) -> Response:
     ]
     if info.checksum_algorithm:
         items.append(xml.element("ChecksumAlgorithm", info.checksum_algorithm))
+    if info.checksum_type:
+        items.append(xml.element("ChecksumType", info.checksum_type))
     for part in parts:
         items.append(
             "<Part>" + xml.element("PartNumber", part.part_number)

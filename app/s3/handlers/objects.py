@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.domain.conditions import Conditions, check_conditions
+from app.domain.conditions import Conditions, WriteConditions, check_conditions
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
 from app.domain.ranges import RangeRequest, parse_range
@@ -16,7 +16,7 @@ from app.s3.handlers.common import (
     user_metadata,
 )
 from app.s3.request import S3Request
-from app.s3.response import Response, checksum_headers, object_headers
+from app.s3.response import Response, checksum_headers, object_checksum_headers, object_headers
 from app.services.gateway import Gateway
 
 RESPONSE_OVERRIDES = {
@@ -72,7 +72,7 @@ async def head_object(req: S3Request, gw: Gateway) -> Response:
         headers.append(("Content-Range", rng.content_range))
         return Response(206, _with_overrides(req, headers), b"", rng.length)
     if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
-        headers += checksum_headers(meta.checksums)
+        headers += object_checksum_headers(meta.checksums)
     return Response(200, _with_overrides(req, headers), b"", meta.size)
 
 
@@ -93,7 +93,7 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
         headers.append(("Content-Range", read.byte_range.content_range))
         return Response(206, _with_overrides(req, headers), read.stream, read.byte_range.length, read.files)
     if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
-        headers += checksum_headers(read.meta.checksums)
+        headers += object_checksum_headers(read.meta.checksums)
     return Response(200, _with_overrides(req, headers), read.stream, read.meta.size, read.files)
 
 
@@ -104,9 +104,15 @@ async def put_object(req: S3Request, gw: Gateway) -> Response:
             "transfer-encoding", "").lower():
         raise S3Error("MissingContentLength")
     result = await gw.put_object(bucket, key, body, content_headers(req), user_metadata(req),
-                                 expected_digests(req, body.declared_size))
+                                 expected_digests(req, body.declared_size), write_conditions(req))
     headers = [("ETag", f'"{result.etag}"')] + checksum_headers(result.checksums)
     return Response(200, headers)
+
+
+def write_conditions(req: S3Request) -> WriteConditions:
+    """If-Match / If-None-Match of a write, judged against the key's newest version."""
+    h = req.headers
+    return WriteConditions.parse(h.get("if-match"), h.get("if-none-match"), h.get("amz-sdk-invocation-id"))
 
 
 def _copy_conditions(req: S3Request) -> Callable[[ObjectMeta], None]:
@@ -128,7 +134,8 @@ async def copy_object(req: S3Request, gw: Gateway) -> Response:
     if directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata directive.", ArgumentName="x-amz-metadata-directive")
     etag, modified = await gw.copy_object(bucket, key, src_bucket, src_key, directive == "REPLACE",
-                                          content_headers(req), user_metadata(req), _copy_conditions(req))
+                                          content_headers(req), user_metadata(req), _copy_conditions(req),
+                                          write_conditions(req))
     body = xml.document("CopyObjectResult", [xml.element("LastModified", xml.iso8601(modified)),
                                              xml.element("ETag", f'"{etag}"')])
     return Response.xml(body)
