@@ -125,7 +125,7 @@ def serve(
     registry = _register_node(settings)  # a live node with this id refuses us here
     _recover(settings)
     from app.logs import configure_logging, uvicorn_log_config
-    from app.server import http_protocol
+    from app.server import connection_limit, http_protocol
 
     configure_logging(settings.log_level, settings.log_json)
     typer.echo(f"ferry {__version__}: serving S3 on {settings.scheme}://{settings.host}:{settings.port} "
@@ -144,7 +144,7 @@ def serve(
             log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
             access_log=False,
             timeout_keep_alive=int(settings.http_keep_alive_timeout),  # idle connections between requests
-            limit_concurrency=settings.http_limit_concurrency or None,  # connections + tasks, then 503
+            limit_concurrency=connection_limit(settings.http_limit_concurrency),  # connections + tasks, then 503
             # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
             # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
             timeout_graceful_shutdown=5,

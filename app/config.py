@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     http_keep_alive_timeout: float = Field(75.0, gt=0)
     http_header_timeout: float = Field(30.0, ge=0, description="0 = unbounded.")
     http_limit_concurrency: int = Field(2048, ge=0, description="Per worker process; 0 = unbounded.")
+    # A request's header section (request line included) and its number of fields: past either,
+    # 400 RequestHeaderSectionTooLarge before anything is authenticated (app/server/headers.py).
+    http_max_header_bytes: int = Field(64 * 1024, ge=0, description="0 = unbounded.")
+    http_max_headers: int = Field(256, ge=0, description="0 = unbounded.")
     # Durable and superseded journal rows older than this are deleted by the sweeper.
     journal_retention_seconds: float = Field(7 * 24 * 3600.0, ge=0)
     cache_bytes: int = Field(256 * 1024**3, ge=0, description="Budget of the data directory: cached + dirty bytes.")
@@ -139,7 +143,8 @@ class Settings(BaseSettings):
     sweep_interval: float = Field(2.0, gt=0)
 
     @field_validator("write_buffer_bytes", "disk_reserve_bytes", "cache_bytes", "cache_block_bytes",
-                     "ready_min_free_bytes", "multipart_part_size", "multipart_threshold", mode="before")
+                     "ready_min_free_bytes", "multipart_part_size", "multipart_threshold", "http_max_header_bytes",
+                     mode="before")
     @classmethod
     def _size_units(cls, value: Any) -> Any:
         """``100GiB`` in a variable or a file, as the CLI accepts it (app/domain/units.py)."""

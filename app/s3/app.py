@@ -85,12 +85,17 @@ class S3App:
         request_id = new_request_id()
         stats = metrics.request_started()
         token = REQUEST_ID.set(request_id)
-        completed = False
+        completed = failed = False
         try:
             await self._handle(scope, stats.wrap_receive(receive), stats.wrap_send(send), request_id)
             completed = True
+        except (ClientDisconnected, ConnectionError):
+            raise  # the client went away: aborted
+        except Exception:
+            failed = True  # ours, not the client's: a body cut off by the server is an error (alerts)
+            raise
         finally:
-            metrics.request_finished(stats, aborted=not completed)
+            metrics.request_finished(stats, aborted=not completed and not failed, failed=failed)
             if access_log.isEnabledFor(logging.DEBUG):
                 log_access(scope, stats)
             REQUEST_ID.reset(token)
