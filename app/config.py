@@ -20,7 +20,7 @@ from app.domain import units
 
 # Settings in seconds: each also takes a unit (30s, 5m, 2h, 7d, 250ms).
 DURATION_FIELDS = (
-    "remote_connect_timeout", "remote_read_timeout", "tenancy_refresh_seconds", "ready_cache_seconds",
+    "remote_connect_timeout", "remote_read_timeout", "remote_request_deadline", "tenancy_refresh_seconds", "ready_cache_seconds",
     "multipart_expiry", "body_read_timeout", "http_keep_alive_timeout", "http_header_timeout",
     "journal_retention_seconds", "cache_ttl_seconds", "cache_revalidate_interval", "policy_refresh_seconds",
     "node_heartbeat_seconds", "node_stale_seconds", "destage_lease_seconds", "destage_backoff_base",
@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     remote_deadline: float = Field(15.0, gt=0)
     # The circuit opens after this many consecutive remote calls without an answer; while open,
     # calls fail at once (503) and one probe goes through every remote_circuit_cooldown seconds.
+    # A read that needs the remote (GET, HEAD, LIST, HeadBucket...) answers 503 ServiceUnavailable
+    # with Retry-After once this many seconds passed without its answer's headers, whatever the
+    # remote calls it made; the calls finish in the background (and may still fill the cache).
+    remote_request_deadline: float = Field(5.0, ge=0, description="0 = none.")
     remote_circuit_failures: int = Field(1, ge=1)
     remote_circuit_cooldown: float = Field(5.0, gt=0)
     remote_verify_tls: bool = True

@@ -6,10 +6,11 @@ DESIGN.md's measurements), and S3 routing depends on query and headers, not only
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, MutableMapping
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -72,9 +73,11 @@ class AccessKeys(Protocol):
 
 class S3App:
     def __init__(self, gateway: Gateway, catalog: AccessKeys, *, domain: str | None = None,
-                 max_skew_seconds: int = 900, body_timeout: float | None = None) -> None:
+                 max_skew_seconds: int = 900, body_timeout: float | None = None,
+                 read_deadline: float | None = None) -> None:
         self.gateway = gateway
         self.body_timeout = body_timeout
+        self.read_deadline = read_deadline
         self.catalog = catalog
         self.domain = domain.lower() if domain else None
         self.verifier = SigV4Verifier(lambda ak: catalog.lookup_key(ak)[0], max_skew_seconds=max_skew_seconds)
@@ -117,7 +120,10 @@ class S3App:
             await self._authenticate(req, scope)
             await self._authorize(route, req)
             metrics.mark_authorized(req.bucket, req.key)
-            response = await route.handler(req, self.gateway)
+            if self.read_deadline is not None and route.name in DEADLINE_OPERATIONS:
+                response = await within_deadline(route.handler(req, self.gateway), self.read_deadline)
+            else:
+                response = await route.handler(req, self.gateway)
         except ClientDisconnected:
             return
         except S3Error as err:
@@ -231,6 +237,46 @@ class S3App:
             # Never let a short body look complete: drop the connection instead.
             raise RuntimeError(f"body ended after {sent} of {response.length} bytes")
         await send({"type": "http.response.body", "body": b""})
+
+
+# Reads that may wait on the remote before their answer starts; writes carry bodies and are
+# bounded by FERRY_BODY_READ_TIMEOUT, the write buffer and the remote's own timeouts.
+DEADLINE_OPERATIONS = frozenset({
+    "GetObject", "HeadObject", "ListObjects", "ListObjectsV2", "HeadBucket", "ListBuckets",
+    "GetObjectAttributes", "GetBucketLocation", "ListObjectVersions", "ListParts", "ListMultipartUploads",
+})
+
+
+async def within_deadline(work: Coroutine[Any, Any, Response], seconds: float) -> Response:
+    """The handler's response, or 503 ServiceUnavailable (Retry-After) after ``seconds``.
+
+    The handler runs in its own task so a remote call stuck in a thread (which no cancellation
+    reaches) cannot hold the client: past the deadline the task is left to finish in the
+    background, as if the client had gone (a late answer still fills the cache), and its body
+    is closed."""
+    task = asyncio.ensure_future(work)
+    try:
+        async with asyncio.timeout(seconds):
+            return await asyncio.shield(task)
+    except TimeoutError:
+        task.add_done_callback(_close_late)
+        raise S3Error("ServiceUnavailable", f"The remote did not answer within {seconds:g} s; retry later.",
+                      headers={"Retry-After": str(max(1, round(seconds)))}) from None
+
+
+def _close_late(task: asyncio.Future[Response]) -> None:
+    """A response that came after its deadline: nobody will send it, so release its body."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    body = task.result().body
+    aclose = getattr(body, "aclose", None)
+    if aclose is not None:
+        closing = asyncio.ensure_future(aclose())
+        _LATE.add(closing)
+        closing.add_done_callback(_LATE.discard)
+
+
+_LATE: set[asyncio.Future[None]] = set()  # closes of late bodies still running (kept referenced)
 
 
 def _open_segments(response: Response, extensions: Mapping[str, Any] | None) -> list[int] | None:
