@@ -10,7 +10,8 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, MutableMapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -77,7 +78,7 @@ class S3App:
                  read_deadline: float | None = None) -> None:
         self.gateway = gateway
         self.body_timeout = body_timeout
-        self.read_deadline = read_deadline
+        self.deadlines = DeadlineWatch(read_deadline or 0.0)
         self.catalog = catalog
         self.domain = domain.lower() if domain else None
         self.verifier = SigV4Verifier(lambda ak: catalog.lookup_key(ak)[0], max_skew_seconds=max_skew_seconds)
@@ -113,6 +114,7 @@ class S3App:
             body_requested = True
             return await receive()
 
+        deadline: Deadline | None = None
         try:
             req = await self._parse(scope, tracked_receive, request_id)
             route = resolve(req)
@@ -120,10 +122,11 @@ class S3App:
             await self._authenticate(req, scope)
             await self._authorize(route, req)
             metrics.mark_authorized(req.bucket, req.key)
-            if self.read_deadline is not None and route.name in DEADLINE_OPERATIONS:
-                response = await within_deadline(route.handler(req, self.gateway), self.read_deadline)
-            else:
-                response = await route.handler(req, self.gateway)
+            if self.deadlines.seconds and route.name in DEADLINE_OPERATIONS:
+                deadline = self.deadlines.arm(lambda: self._send(
+                    send, self._error(deadline_error(self.deadlines.seconds), req, request_id), request_id,
+                    head=method == "HEAD", extensions=scope.get("extensions")))
+            response = await route.handler(req, self.gateway)
         except ClientDisconnected:
             return
         except S3Error as err:
@@ -131,6 +134,12 @@ class S3App:
         except Exception:
             log.exception("internal error handling %s %s", method, scope.get("path"))
             response = self._error(S3Error("InternalError"), req, request_id)
+        finally:
+            if deadline is not None:
+                self.deadlines.disarm(deadline)
+        if deadline is not None and deadline.fired:
+            await _close_body(response)  # the client got its 503 at the deadline
+            return
         if not body_requested and _expects_continue(scope):
             # Answered before asking for the body: the client never got "100 Continue" and will
             # not send it, so the connection cannot carry another request (it would be read as
@@ -247,36 +256,73 @@ DEADLINE_OPERATIONS = frozenset({
 })
 
 
-async def within_deadline(work: Coroutine[Any, Any, Response], seconds: float) -> Response:
-    """The handler's response, or 503 ServiceUnavailable (Retry-After) after ``seconds``.
-
-    The handler runs in its own task so a remote call stuck in a thread (which no cancellation
-    reaches) cannot hold the client: past the deadline the task is left to finish in the
-    background, as if the client had gone (a late answer still fills the cache), and its body
-    is closed."""
-    task = asyncio.ensure_future(work)
-    try:
-        async with asyncio.timeout(seconds):
-            return await asyncio.shield(task)
-    except TimeoutError:
-        task.add_done_callback(_close_late)
-        raise S3Error("ServiceUnavailable", f"The remote did not answer within {seconds:g} s; retry later.",
-                      headers={"Retry-After": str(max(1, round(seconds)))}) from None
+def deadline_error(seconds: float) -> S3Error:
+    return S3Error("ServiceUnavailable", f"The remote did not answer within {seconds:g} s; retry later.",
+                   headers={"Retry-After": str(max(1, round(seconds)))})
 
 
-def _close_late(task: asyncio.Future[Response]) -> None:
-    """A response that came after its deadline: nobody will send it, so release its body."""
-    if task.cancelled() or task.exception() is not None:
-        return
-    body = task.result().body
-    aclose = getattr(body, "aclose", None)
+class Deadline:
+    """One read's deadline; ``fired`` once its 503 went out."""
+
+    __slots__ = ("answer", "fired")
+
+    def __init__(self, answer: Callable[[], Awaitable[None]]) -> None:
+        self.answer = answer
+        self.fired = False
+
+    def expire(self) -> None:
+        self.fired = True
+        task = asyncio.ensure_future(self.answer())
+        _LATE.add(task)
+        task.add_done_callback(_LATE.discard)
+
+
+class DeadlineWatch:
+    """The reads in progress and when each must have answered. When one's time is up, its 503
+    goes out at once from a task of its own, and its handler, stuck in a remote call no
+    cancellation reaches (a thread), is left to finish as if the client had gone (a late answer
+    still fills the cache). One watcher task per process ticks while reads are in progress: a hit
+    pays a dict insert and delete, not a timer or a task of its own (each ~10 us here)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.tick = min(0.25, seconds / 4)
+        self._pending: dict[Deadline, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def arm(self, answer: Callable[[], Awaitable[None]]) -> Deadline:
+        deadline = Deadline(answer)
+        self._pending[deadline] = time.monotonic() + self.seconds
+        task = self._task
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            self._task = asyncio.ensure_future(self._watch())
+        return deadline
+
+    def disarm(self, deadline: Deadline) -> None:
+        self._pending.pop(deadline, None)
+
+    async def _watch(self) -> None:
+        try:
+            while self._pending:
+                await asyncio.sleep(self.tick)
+                now = time.monotonic()
+                for deadline, due in list(self._pending.items()):
+                    if due <= now:
+                        del self._pending[deadline]
+                        deadline.expire()
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+
+
+async def _close_body(response: Response) -> None:
+    """A response nobody will send: release its body (an open remote stream, a cache fill reader)."""
+    aclose = getattr(response.body, "aclose", None)
     if aclose is not None:
-        closing = asyncio.ensure_future(aclose())
-        _LATE.add(closing)
-        closing.add_done_callback(_LATE.discard)
+        await aclose()
 
 
-_LATE: set[asyncio.Future[None]] = set()  # closes of late bodies still running (kept referenced)
+_LATE: set[asyncio.Future[None]] = set()  # 503s sent at a deadline, still running (kept referenced)
 
 
 def _open_segments(response: Response, extensions: Mapping[str, Any] | None) -> list[int] | None:
