@@ -78,6 +78,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._header_count = 0
         self._in_body = False  # headers of the current request complete, its body may follow
+        self._refused = False
         self._since = time.monotonic()
         super().connection_made(transport)
         self._arm_header_timer()
@@ -114,6 +115,8 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
     # ---- header size and count --------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # refused behind a running request: the rest is dropped
         if not self._in_body:
             self._header_bytes += len(data)
         self._unset_keepalive_if_required()
@@ -136,11 +139,16 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
                      "Your request header section exceeds the maximum allowed size.", reason)
 
     def _refuse(self, status: int, phrase: str, code: str, message: str, reason: str) -> None:
-        """Answer an S3 error and close, unless a response of ours is already on its way."""
+        """Answer an S3 error and close. Behind a request still being answered (bytes pipelined
+        after its body), that answer goes out first, then the connection closes."""
         REFUSED.labels(reason).inc()
         self._cancel_header_timer()
-        if self.cycle is None or self.cycle.response_complete:
-            self.transport.write(s3_error_bytes(status, phrase, code, message))
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.keep_alive = False  # uvicorn closes the connection after this response
+            self._refused = True
+            return
+        self.transport.write(s3_error_bytes(status, phrase, code, message))
         self.transport.close()
 
     def on_message_begin(self) -> None:
