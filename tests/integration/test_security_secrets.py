@@ -23,8 +23,11 @@ pytestmark = pytest.mark.reliability
 
 @pytest.fixture(scope="module")
 def gw(seaweed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    with GatewayProcess(seaweed, tmp_path_factory.mktemp("secrets"), env={"FERRY_LOG_LEVEL": "debug"}) as g:
-        yield g
+    g = GatewayProcess(seaweed, tmp_path_factory.mktemp("secrets"), env={"FERRY_LOG_LEVEL": "debug"})
+    try:
+        yield g.start(timeout=120)  # debug logging starts slower on a loaded machine
+    finally:
+        g.stop()
 
 
 def test_no_secret_appears_in_anything_the_run_produced(gw: GatewayProcess, seaweed: Any) -> None:
