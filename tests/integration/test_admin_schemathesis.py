@@ -78,7 +78,10 @@ def test_admin_api_never_answers_5xx(fuzz_gateway: GatewayProcess, scope: str) -
         def check(case: Any) -> None:
             response = case.call(base_url=fuzz_gateway.endpoint, headers=headers, timeout=30)
             what = f"{case.method} {case.formatted_path} -> {response.status_code}"
-            bad = response.status_code >= 500 or _beyond_scope(scope, case.method, case.operation.path,
+            # /readyz's 503 is its documented "not ready" answer (a slow remote on a loaded machine).
+            failed = response.status_code >= 500 and not (case.operation.path == "/readyz"
+                                                           and response.status_code == 503)
+            bad = failed or _beyond_scope(scope, case.method, case.operation.path,
                                                                response.status_code)
             tally.op(expected=not bad, what=what)
             if bad:
