@@ -145,7 +145,7 @@ def _run_uvicorn(settings: Settings) -> None:
     import uvicorn
 
     from app.logs import uvicorn_log_config
-    from app.server import http_protocol
+    from app.server import connection_limit, http_protocol
 
     uvicorn.run(
         "app.main:create_app",
@@ -159,7 +159,7 @@ def _run_uvicorn(settings: Settings) -> None:
         log_config=uvicorn_log_config(settings.log_level, settings.log_json),  # applied in every worker
         access_log=False,
         timeout_keep_alive=int(settings.http_keep_alive_timeout),  # idle connections between requests
-        limit_concurrency=settings.http_limit_concurrency or None,  # connections + tasks, then 503
+        limit_concurrency=connection_limit(settings.http_limit_concurrency),  # connections + tasks, then 503
         # Without a bound, an idle TLS keep-alive connection (every SDK keeps some) holds a
         # graceful shutdown until the peer answers close_notify, i.e. until SIGKILL.
         timeout_graceful_shutdown=5,

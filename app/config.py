@@ -20,7 +20,7 @@ from app.domain import units
 
 # Settings in seconds: each also takes a unit (30s, 5m, 2h, 7d, 250ms).
 DURATION_FIELDS = (
-    "remote_connect_timeout", "remote_read_timeout", "tenancy_refresh_seconds", "ready_cache_seconds",
+    "remote_connect_timeout", "remote_read_timeout", "remote_request_deadline", "tenancy_refresh_seconds", "ready_cache_seconds",
     "multipart_expiry", "body_read_timeout", "http_keep_alive_timeout", "http_header_timeout",
     "journal_retention_seconds", "cache_ttl_seconds", "cache_revalidate_interval", "policy_refresh_seconds",
     "node_heartbeat_seconds", "node_stale_seconds", "destage_lease_seconds", "destage_backoff_base",
@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     remote_deadline: float = Field(15.0, gt=0)
     # The circuit opens after this many consecutive remote calls without an answer; while open,
     # calls fail at once (503) and one probe goes through every remote_circuit_cooldown seconds.
+    # A read that needs the remote (GET, HEAD, LIST, HeadBucket...) answers 503 ServiceUnavailable
+    # with Retry-After once this many seconds passed without its answer's headers, whatever the
+    # remote calls it made; the calls finish in the background (and may still fill the cache).
+    remote_request_deadline: float = Field(5.0, ge=0, description="0 = none.")
     remote_circuit_failures: int = Field(1, ge=1)
     remote_circuit_cooldown: float = Field(5.0, gt=0)
     remote_verify_tls: bool = True
@@ -126,6 +130,10 @@ class Settings(BaseSettings):
     http_keep_alive_timeout: float = Field(75.0, gt=0)
     http_header_timeout: float = Field(30.0, ge=0, description="0 = unbounded.")
     http_limit_concurrency: int = Field(2048, ge=0, description="Per worker process; 0 = unbounded.")
+    # A request's header section (request line included) and its number of fields: past either,
+    # 400 RequestHeaderSectionTooLarge before anything is authenticated (app/server/headers.py).
+    http_max_header_bytes: int = Field(64 * 1024, ge=0, description="0 = unbounded.")
+    http_max_headers: int = Field(256, ge=0, description="0 = unbounded.")
     # Durable and superseded journal rows older than this are deleted by the sweeper.
     journal_retention_seconds: float = Field(7 * 24 * 3600.0, ge=0)
     cache_bytes: int = Field(256 * 1024**3, ge=0, description="Budget of the data directory: cached + dirty bytes.")
@@ -173,7 +181,8 @@ class Settings(BaseSettings):
     worker_metrics_host: str = "0.0.0.0"
 
     @field_validator("write_buffer_bytes", "disk_reserve_bytes", "cache_bytes", "cache_block_bytes",
-                     "ready_min_free_bytes", "multipart_part_size", "multipart_threshold", mode="before")
+                     "ready_min_free_bytes", "multipart_part_size", "multipart_threshold", "http_max_header_bytes",
+                     mode="before")
     @classmethod
     def _size_units(cls, value: Any) -> Any:
         """``100GiB`` in a variable or a file, as the CLI accepts it (app/domain/units.py)."""

@@ -95,7 +95,8 @@ class FerryApp:
         self.container = container
         self.s3 = S3App(container.gateway, container.catalog, domain=container.settings.domain,
                         max_skew_seconds=container.settings.max_clock_skew_seconds,
-                        body_timeout=container.settings.body_read_timeout)
+                        body_timeout=container.settings.body_read_timeout,
+                        read_deadline=container.settings.remote_request_deadline or None)
         self.control = control_app(container)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -344,8 +344,9 @@ def outcome_of(stats: RequestStats) -> str:
     return "client_error" if status >= 400 else "ok"
 
 
-def request_finished(stats: RequestStats, *, aborted: bool = False) -> None:
-    """Records one request; ``aborted``: the response could not be sent to its end.
+def request_finished(stats: RequestStats, *, aborted: bool = False, failed: bool = False) -> None:
+    """Records one request; ``aborted``: the client left before the response's end; ``failed``:
+    the server could not finish it (an exception after the headers went out): an ``error``.
 
     Leaves the final ``outcome`` and ``elapsed`` seconds in ``stats`` (for the access log).
     """
@@ -353,7 +354,7 @@ def request_finished(stats: RequestStats, *, aborted: bool = False) -> None:
         _CURRENT.reset(stats.token)
         stats.token = None
     elapsed = stats.elapsed = time.perf_counter() - stats.started
-    outcome = stats.outcome = "aborted" if aborted else outcome_of(stats)
+    outcome = stats.outcome = "error" if failed else "aborted" if aborted else outcome_of(stats)
     batch = _BATCH
     batch.in_flight -= 1
     key = (stats.operation, outcome)

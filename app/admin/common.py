@@ -12,6 +12,8 @@ from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy.exc import IntegrityError
@@ -85,7 +87,27 @@ def install_error_handlers(api: FastAPI) -> None:
             status = 502 if exc.code != "ServiceUnavailable" else 503  # the remote failed, not us
         return JSONResponse({"detail": f"{exc.code}: {exc.message}"}, status_code=status)
 
+    async def invalid(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return JSONResponse({"detail": [_redacted(e) for e in exc.errors()]}, status_code=422)
+
+    api.add_exception_handler(RequestValidationError, invalid)
     api.add_exception_handler(NotFound, not_found)
     api.add_exception_handler(Conflict, conflict)
     api.add_exception_handler(IntegrityError, integrity)
     api.add_exception_handler(S3Error, s3_error)
+
+
+_SECRET_FIELDS = ("secret", "token", "password", "key")
+
+
+def _redacted(error: Any) -> Any:
+    """FastAPI's validation error without the rejected value when it sits in a field that holds a
+    secret (``secret_key``, ``token``...): an invalid secret is still a secret, and error bodies
+    end up in logs and tickets."""
+    error = dict(error)
+    where = [str(part).lower() for part in error.get("loc", ())]
+    if any(word in part for part in where for word in _SECRET_FIELDS) or ("body" in where and len(where) == 1):
+        error.pop("input", None)
+        error.pop("ctx", None)
+    return jsonable_encoder(error)

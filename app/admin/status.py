@@ -32,7 +32,9 @@ _COUNTERS = (
     "ferry_http_requests_total", "ferry_http_request_bytes_total", "ferry_http_response_bytes_total",
     "ferry_cache_requests_total", "ferry_cache_evictions_total", "ferry_destage_attempts_total",
     "ferry_destage_failures_total", "ferry_destaged_bytes_total", "ferry_remote_requests_total",
+    "ferry_remote_circuit_state", "ferry_remote_circuit_rejected_total",
 )
+CIRCUIT_NAMES = {0: "closed", 1: "half-open", 2: "open"}
 CACHE_OUTCOMES = ("hit", "miss", "stale", "bypass")
 
 
@@ -93,6 +95,7 @@ def stats_document(container: Container) -> dict[str, Any]:
         "remote": {
             "requests": sum(remote.values()),
             "errors": remote.get("server_error", 0.0) + remote.get("network", 0.0),
+            **_circuit(container, s),
         },
         "staging_jobs": _staging_jobs(collector),
     }
@@ -137,6 +140,20 @@ def _cache(s: Samples, node: metrics.NodeStats, budget_bytes: int) -> dict[str, 
         "budget_bytes": budget_bytes,
         "evictions": sum(v for _, v in s["ferry_cache_evictions_total"]),
     }
+
+
+def _circuit(container: Container, s: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, Any]:
+    """The default remote's circuit breaker, the worst over the workers (each holds its own), and
+    how many calls it refused at once."""
+    circuit = getattr(container.remote, "circuit", None)
+    endpoint = circuit.endpoint if circuit is not None else ""
+    states = [v for labels, v in s["ferry_remote_circuit_state"] if labels.get("endpoint") == endpoint]
+    worst = int(max(states)) if states else 0
+    if circuit is not None:
+        worst = max(worst, {v: k for k, v in CIRCUIT_NAMES.items()}[circuit.state])
+    return {"circuit": CIRCUIT_NAMES.get(worst, "closed"),
+            "circuit_rejected": sum(v for labels, v in s["ferry_remote_circuit_rejected_total"]
+                                    if labels.get("endpoint") == endpoint)}
 
 
 def _staging_jobs(collector: metrics.CatalogCollector) -> list[dict[str, Any]]:

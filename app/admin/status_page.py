@@ -87,7 +87,8 @@ PAGE = """<!doctype html>
       <div class="card"><div class="label">Remote</div>
         <div class="value" id="remote-requests" data-value="0">-</div>
         <div class="sub">errors <span id="remote-errors" data-value="0">-</span>,
-          destage failures <span id="destage-failures" data-value="0">-</span></div></div>
+          destage failures <span id="destage-failures" data-value="0">-</span>,
+          circuit <span id="remote-circuit">-</span></div></div>
     </div>
     <div class="charts">
       <section><h2>Cache hit ratio</h2><svg class="chart" id="chart-hit" viewBox="0 0 600 170" role="img"
@@ -235,6 +236,8 @@ PAGE = """<!doctype html>
     put("remote-errors", d.remote.errors, count(d.remote.errors));
     $("remote-errors").classList.toggle("bad", d.remote.errors > 0);
     put("destage-failures", d.destage.failures, count(d.destage.failures));
+    $("remote-circuit").textContent = d.remote.circuit;
+    $("remote-circuit").classList.toggle("bad", d.remote.circuit !== "closed");
 
     const hits = [], rates = [], dirty = [], lag = [];
     for (let i = 0; i < ring.length; i++) {

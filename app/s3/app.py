@@ -6,9 +6,11 @@ DESIGN.md's measurements), and S3 routing depends on query and headers, not only
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
@@ -73,9 +75,11 @@ class AccessKeys(Protocol):
 
 class S3App:
     def __init__(self, gateway: Gateway, catalog: AccessKeys, *, domain: str | None = None,
-                 max_skew_seconds: int = 900, body_timeout: float | None = None) -> None:
+                 max_skew_seconds: int = 900, body_timeout: float | None = None,
+                 read_deadline: float | None = None) -> None:
         self.gateway = gateway
         self.body_timeout = body_timeout
+        self.deadlines = DeadlineWatch(read_deadline or 0.0)
         self.catalog = catalog
         self.domain = domain.lower() if domain else None
         self.verifier = SigV4Verifier(lambda ak: catalog.lookup_key(ak)[0], max_skew_seconds=max_skew_seconds)
@@ -86,12 +90,17 @@ class S3App:
         request_id = new_request_id()
         stats = metrics.request_started()
         token = REQUEST_ID.set(request_id)
-        completed = False
+        completed = failed = False
         try:
             await self._handle(scope, stats.wrap_receive(receive), stats.wrap_send(send), request_id)
             completed = True
+        except (ClientDisconnected, ConnectionError):
+            raise  # the client went away: aborted
+        except Exception:
+            failed = True  # ours, not the client's: a body cut off by the server is an error (alerts)
+            raise
         finally:
-            metrics.request_finished(stats, aborted=not completed)
+            metrics.request_finished(stats, aborted=not completed and not failed, failed=failed)
             if access_log.isEnabledFor(logging.DEBUG):
                 log_access(scope, stats)
             REQUEST_ID.reset(token)
@@ -106,6 +115,7 @@ class S3App:
             body_requested = True
             return await receive()
 
+        deadline: Deadline | None = None
         try:
             req = await self._parse(scope, tracked_receive, request_id)
             route = resolve(req)
@@ -114,6 +124,10 @@ class S3App:
             await self._authorize(route, req)
             header_families.check(req)  # header families Ferry refuses (app/s3/headers.py)
             metrics.mark_authorized(req.bucket, req.key)
+            if self.deadlines.seconds and route.name in DEADLINE_OPERATIONS:
+                deadline = self.deadlines.arm(lambda: self._send(
+                    send, self._error(deadline_error(self.deadlines.seconds), req, request_id), request_id,
+                    head=method == "HEAD", extensions=scope.get("extensions")))
             response = await route.handler(req, self.gateway)
         except ClientDisconnected:
             return
@@ -122,6 +136,12 @@ class S3App:
         except Exception:
             log.exception("internal error handling %s %s", method, scope.get("path"))
             response = self._error(S3Error("InternalError"), req, request_id)
+        finally:
+            if deadline is not None:
+                self.deadlines.disarm(deadline)
+        if deadline is not None and deadline.fired:
+            await _close_body(response)  # the client got its 503 at the deadline
+            return
         if not body_requested and _expects_continue(scope):
             # Answered before asking for the body: the client never got "100 Continue" and will
             # not send it, so the connection cannot carry another request (it would be read as
@@ -228,6 +248,83 @@ class S3App:
             # Never let a short body look complete: drop the connection instead.
             raise RuntimeError(f"body ended after {sent} of {response.length} bytes")
         await send({"type": "http.response.body", "body": b""})
+
+
+# Reads that may wait on the remote before their answer starts; writes carry bodies and are
+# bounded by FERRY_BODY_READ_TIMEOUT, the write buffer and the remote's own timeouts.
+DEADLINE_OPERATIONS = frozenset({
+    "GetObject", "HeadObject", "ListObjects", "ListObjectsV2", "HeadBucket", "ListBuckets",
+    "GetObjectAttributes", "GetBucketLocation", "ListObjectVersions", "ListParts", "ListMultipartUploads",
+})
+
+
+def deadline_error(seconds: float) -> S3Error:
+    return S3Error("ServiceUnavailable", f"The remote did not answer within {seconds:g} s; retry later.",
+                   headers={"Retry-After": str(max(1, round(seconds)))})
+
+
+class Deadline:
+    """One read's deadline; ``fired`` once its 503 went out."""
+
+    __slots__ = ("answer", "fired")
+
+    def __init__(self, answer: Callable[[], Awaitable[None]]) -> None:
+        self.answer = answer
+        self.fired = False
+
+    def expire(self) -> None:
+        self.fired = True
+        task = asyncio.ensure_future(self.answer())
+        _LATE.add(task)
+        task.add_done_callback(_LATE.discard)
+
+
+class DeadlineWatch:
+    """The reads in progress and when each must have answered. When one's time is up, its 503
+    goes out at once from a task of its own, and its handler, stuck in a remote call no
+    cancellation reaches (a thread), is left to finish as if the client had gone (a late answer
+    still fills the cache). One watcher task per process ticks while reads are in progress: a hit
+    pays a dict insert and delete, not a timer or a task of its own (each ~10 us here)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.tick = min(0.25, seconds / 4)
+        self._pending: dict[Deadline, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def arm(self, answer: Callable[[], Awaitable[None]]) -> Deadline:
+        deadline = Deadline(answer)
+        self._pending[deadline] = time.monotonic() + self.seconds
+        task = self._task
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            self._task = asyncio.ensure_future(self._watch())
+        return deadline
+
+    def disarm(self, deadline: Deadline) -> None:
+        self._pending.pop(deadline, None)
+
+    async def _watch(self) -> None:
+        try:
+            while self._pending:
+                await asyncio.sleep(self.tick)
+                now = time.monotonic()
+                for deadline, due in list(self._pending.items()):
+                    if due <= now:
+                        del self._pending[deadline]
+                        deadline.expire()
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+
+
+async def _close_body(response: Response) -> None:
+    """A response nobody will send: release its body (an open remote stream, a cache fill reader)."""
+    aclose = getattr(response.body, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+_LATE: set[asyncio.Future[None]] = set()  # 503s sent at a deadline, still running (kept referenced)
 
 
 def _open_segments(response: Response, extensions: Mapping[str, Any] | None) -> list[int] | None:

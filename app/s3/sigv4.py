@@ -204,27 +204,7 @@ class SigV4Verifier:
     def _verify_header(
         self, req: RequestParts, headers: dict[bytes, list[bytes]], auth: list[bytes]
     ) -> AuthResult:
-        if len(auth) != 1:
-            raise _header_error("more than one Authorization header was sent.")
-        scheme, _, rest = auth[0].decode("latin-1").strip().partition(" ")
-        if scheme != ALGORITHM:
-            if scheme == "AWS":
-                raise S3Error("InvalidRequest", _V2_MESSAGE)
-            if scheme == "AWS4-ECDSA-P256-SHA256":
-                raise S3Error("InvalidRequest", "SigV4a is not supported, use AWS4-HMAC-SHA256")
-            raise S3Error("InvalidArgument", "Unsupported Authorization Type", ArgumentName="Authorization")
-        fields: dict[str, str] = {}
-        for part in rest.split(","):
-            key, eq, value = part.strip().partition("=")
-            if not eq or key in fields or key not in ("Credential", "SignedHeaders", "Signature"):
-                fields.clear()
-                break
-            fields[key] = value
-        if len(fields) != 3:
-            raise _header_error(
-                "the authorization header requires three components: Credential, SignedHeaders, "
-                "and Signature."
-            )
+        fields = _authorization_fields(auth)
         access_key, cred_date, region = _parse_credential(fields["Credential"], _header_error)
         signed = fields["SignedHeaders"]
         signed_names = _parse_signed_headers(signed, _header_error)
@@ -233,6 +213,19 @@ class SigV4Verifier:
         amz_date, ts = _request_date(headers)
         if cred_date != amz_date[:8]:
             raise _header_error("Invalid credential date. Date is not the same as X-Amz-Date.")
+        self._check_skew(amz_date, ts)
+        payload = _header_payload_hash(headers)
+        signer, scope = self._signer_for(access_key, cred_date, region)
+        query = "&".join([f"{n}={v}" for n, v in _canonical_query_pairs(req.query_string)])
+        failure = _check_signature(
+            req, headers, signed, signed_names, query, payload, amz_date, scope, signer, signature
+        )
+        if failure is not None:
+            raise _mismatch(failure, access_key, signature)
+        return AuthResult(access_key=access_key, region=region, amz_date=amz_date, scope=scope,
+                          signature=signature, signing_key=signer.key, content_sha256=payload, presigned=False)
+
+    def _check_skew(self, amz_date: str, ts: float) -> None:
         now = self._clock()
         if abs(now - ts) > self._max_skew:
             raise S3Error(
@@ -241,55 +234,18 @@ class SigV4Verifier:
                 ServerTime=_iso(now),
                 MaxAllowedSkewMilliseconds=str(self._max_skew * 1000),
             )
-        content = headers.get(b"x-amz-content-sha256")
-        if content is None:
-            raise S3Error("InvalidRequest", "Missing required header for this request: x-amz-content-sha256")
-        if len(content) != 1:
-            raise S3Error("InvalidArgument", "x-amz-content-sha256 was sent more than once")
-        payload = content[0].decode("latin-1")
-        _check_payload_hash(payload)
 
+    def _signer_for(self, access_key: str, cred_date: str, region: str) -> tuple[_Signer, str]:
+        """The key's signer and the credential scope; an unknown key is InvalidAccessKeyId."""
         secret = self._lookup(access_key)
         if secret is None:
             raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)
-        signer = self._signer(secret, cred_date, region, SERVICE)
-        scope = f"{cred_date}/{region}/{SERVICE}/{TERMINATOR}"
-        query = "&".join([f"{n}={v}" for n, v in _canonical_query_pairs(req.query_string)])
-        failure = _check_signature(
-            req, headers, signed, signed_names, query, payload, amz_date, scope, signer, signature
-        )
-        if failure is not None:
-            raise _mismatch(failure, access_key, signature)
-        return AuthResult(
-            access_key=access_key,
-            region=region,
-            amz_date=amz_date,
-            scope=scope,
-            signature=signature,
-            signing_key=signer.key,
-            content_sha256=payload,
-            presigned=False,
-        )
+        return self._signer(secret, cred_date, region, SERVICE), f"{cred_date}/{region}/{SERVICE}/{TERMINATOR}"
 
     def _verify_presigned(
         self, req: RequestParts, headers: dict[bytes, list[bytes]], pairs: list[tuple[str, str]]
     ) -> AuthResult:
-        params: dict[str, str] = {}
-        pinned: str | None = None
-        for name, value in pairs:
-            if name in _V4_QUERY_PARAMS:
-                if name in params:
-                    raise _query_error(f"{name} was given more than once.")
-                params[name] = unquote(value)
-            elif name.lower() == "x-amz-content-sha256":
-                pinned = unquote(value)
-        if len(params) != len(_V4_QUERY_PARAMS):
-            raise _query_error(
-                "Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
-                "X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters."
-            )
-        if params["X-Amz-Algorithm"] != ALGORITHM:
-            raise _query_error('X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"')
+        params, pinned = _presigned_params(pairs)
         access_key, cred_date, region = _parse_credential(
             params["X-Amz-Credential"], lambda detail: _query_error(_QUERY_CRED_PREFIX + detail)
         )
@@ -305,7 +261,26 @@ class SigV4Verifier:
             raise _query_error(
                 _QUERY_CRED_PREFIX + "Invalid credential date. Date is not the same as X-Amz-Date."
             )
-        raw_expires = params["X-Amz-Expires"]
+        self._check_validity(params["X-Amz-Expires"], ts)
+        _refuse_unsigned_amz_headers(headers, signed)
+        candidates = _payload_candidates(pinned, headers)
+        signer, scope = self._signer_for(access_key, cred_date, region)
+        query = "&".join([f"{n}={v}" for n, v in pairs if n != "X-Amz-Signature"])
+        signature = params["X-Amz-Signature"]
+        failure: tuple[bytes, bytes] | None = None
+        for payload in candidates:
+            failure = _check_signature(
+                req, headers, signed, signed_names, query, payload, amz_date, scope, signer, signature
+            )
+            if failure is None:
+                return AuthResult(access_key=access_key, region=region, amz_date=amz_date, scope=scope,
+                                  signature=signature, signing_key=signer.key, content_sha256=payload,
+                                  presigned=True)
+        assert failure is not None
+        raise _mismatch(failure, access_key, signature)
+
+    def _check_validity(self, raw_expires: str, ts: float) -> None:
+        """X-Amz-Expires is a number of seconds up to a week, and now is inside [date, date + it]."""
         if not _EXPIRES.fullmatch(raw_expires):
             raise _query_error("X-Amz-Expires should be a number")
         if raw_expires.startswith("-"):
@@ -323,55 +298,93 @@ class SigV4Verifier:
             )
         if ts - now > self._max_skew:
             raise S3Error("AccessDenied", "Request is not valid yet")
-        # A presigned URL is a bearer token: without this, its holder could add headers such as
-        # x-amz-copy-source or x-amz-acl that change what the signed request does.
-        signed_lower = _lower_names(signed)
-        unsigned = sorted({n for n in headers if n.startswith(b"x-amz-") and n not in signed_lower})
-        if unsigned:
-            raise S3Error(
-                "AccessDenied",
-                "There were headers present in the request which were not signed",
-                HeadersNotSigned=", ".join(n.decode("latin-1") for n in unsigned),
-            )
 
-        # UNSIGNED-PAYLOAD, unless the signer pinned a hash in the query; botocore also hashes
-        # an x-amz-content-sha256 *header* into presigned requests, so that is tried first.
-        if pinned is not None:
-            _check_payload_hash(pinned)
-            candidates = [pinned]
-        else:
-            candidates = [UNSIGNED_PAYLOAD]
-            content = headers.get(b"x-amz-content-sha256")
-            if content is not None:
-                value = content[0].decode("latin-1")
-                if value in _PAYLOAD_MODES or _HEX64.fullmatch(value):
-                    candidates.insert(0, value)
 
-        secret = self._lookup(access_key)
-        if secret is None:
-            raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)
-        signer = self._signer(secret, cred_date, region, SERVICE)
-        scope = f"{cred_date}/{region}/{SERVICE}/{TERMINATOR}"
-        query = "&".join([f"{n}={v}" for n, v in pairs if n != "X-Amz-Signature"])
-        signature = params["X-Amz-Signature"]
-        failure: tuple[bytes, bytes] | None = None
-        for payload in candidates:
-            failure = _check_signature(
-                req, headers, signed, signed_names, query, payload, amz_date, scope, signer, signature
-            )
-            if failure is None:
-                return AuthResult(
-                    access_key=access_key,
-                    region=region,
-                    amz_date=amz_date,
-                    scope=scope,
-                    signature=signature,
-                    signing_key=signer.key,
-                    content_sha256=payload,
-                    presigned=True,
-                )
-        assert failure is not None
-        raise _mismatch(failure, access_key, signature)
+def _authorization_fields(auth: list[bytes]) -> dict[str, str]:
+    """Credential, SignedHeaders and Signature of the one AWS4-HMAC-SHA256 Authorization header."""
+    if len(auth) != 1:
+        raise _header_error("more than one Authorization header was sent.")
+    scheme, _, rest = auth[0].decode("latin-1").strip().partition(" ")
+    if scheme != ALGORITHM:
+        if scheme == "AWS":
+            raise S3Error("InvalidRequest", _V2_MESSAGE)
+        if scheme == "AWS4-ECDSA-P256-SHA256":
+            raise S3Error("InvalidRequest", "SigV4a is not supported, use AWS4-HMAC-SHA256")
+        raise S3Error("InvalidArgument", "Unsupported Authorization Type", ArgumentName="Authorization")
+    fields: dict[str, str] = {}
+    for part in rest.split(","):
+        key, eq, value = part.strip().partition("=")
+        if not eq or key in fields or key not in ("Credential", "SignedHeaders", "Signature"):
+            fields.clear()
+            break
+        fields[key] = value
+    if len(fields) != 3:
+        raise _header_error(
+            "the authorization header requires three components: Credential, SignedHeaders, "
+            "and Signature."
+        )
+    return fields
+
+
+def _header_payload_hash(headers: dict[bytes, list[bytes]]) -> str:
+    """The one x-amz-content-sha256 a header-signed request must carry, checked for its form."""
+    content = headers.get(b"x-amz-content-sha256")
+    if content is None:
+        raise S3Error("InvalidRequest", "Missing required header for this request: x-amz-content-sha256")
+    if len(content) != 1:
+        raise S3Error("InvalidArgument", "x-amz-content-sha256 was sent more than once")
+    payload = content[0].decode("latin-1")
+    _check_payload_hash(payload)
+    return payload
+
+
+def _presigned_params(pairs: list[tuple[str, str]]) -> tuple[dict[str, str], str | None]:
+    """The six X-Amz-* query parameters (each once), and a payload hash pinned in the query."""
+    params: dict[str, str] = {}
+    pinned: str | None = None
+    for name, value in pairs:
+        if name in _V4_QUERY_PARAMS:
+            if name in params:
+                raise _query_error(f"{name} was given more than once.")
+            params[name] = unquote(value)
+        elif name.lower() == "x-amz-content-sha256":
+            pinned = unquote(value)
+    if len(params) != len(_V4_QUERY_PARAMS):
+        raise _query_error(
+            "Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
+            "X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters."
+        )
+    if params["X-Amz-Algorithm"] != ALGORITHM:
+        raise _query_error('X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"')
+    return params, pinned
+
+
+def _refuse_unsigned_amz_headers(headers: dict[bytes, list[bytes]], signed: str) -> None:
+    """A presigned URL is a bearer token: without this, its holder could add headers such as
+    x-amz-copy-source or x-amz-acl that change what the signed request does."""
+    signed_lower = _lower_names(signed)
+    unsigned = sorted({n for n in headers if n.startswith(b"x-amz-") and n not in signed_lower})
+    if unsigned:
+        raise S3Error(
+            "AccessDenied",
+            "There were headers present in the request which were not signed",
+            HeadersNotSigned=", ".join(n.decode("latin-1") for n in unsigned),
+        )
+
+
+def _payload_candidates(pinned: str | None, headers: dict[bytes, list[bytes]]) -> list[str]:
+    """UNSIGNED-PAYLOAD, unless the signer pinned a hash in the query; botocore also hashes an
+    x-amz-content-sha256 *header* into presigned requests, so that is tried first."""
+    if pinned is not None:
+        _check_payload_hash(pinned)
+        return [pinned]
+    candidates = [UNSIGNED_PAYLOAD]
+    content = headers.get(b"x-amz-content-sha256")
+    if content is not None:
+        value = content[0].decode("latin-1")
+        if value in _PAYLOAD_MODES or _HEX64.fullmatch(value):
+            candidates.insert(0, value)
+    return candidates
 
 
 class _Signer:

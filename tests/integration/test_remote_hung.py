@@ -134,3 +134,42 @@ def circuit_state(gw: GatewayProcess, endpoint: str) -> float:
         if line.startswith("ferry_remote_circuit_state{") and f'endpoint="{endpoint}"' in line:
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no circuit state for {endpoint} in /metrics")
+
+
+def test_request_deadline_with_default_remote_timeouts(hung_remote: SeaweedServer, tmp_path: Path) -> None:
+    """With the remote's own timeouts left at their defaults (10 s read timeout, 2 attempts: 20 s
+    before the circuit learns anything), each read still answers 503 with Retry-After at the
+    gateway's request deadline, and /admin/stats (the status page) and /metrics show the circuit
+    once the abandoned calls fail. Before the deadline, a cold GET took 20 s here (183 s in issue 15)."""
+    bucket = hung_remote.create_bucket("hung-deadline")
+    hung_remote.client().put_object(Bucket=bucket, Key="cold", Body=b"cold bytes")
+    env = {"FERRY_REMOTE_REQUEST_DEADLINE": "3", "FERRY_REMOTE_CIRCUIT_COOLDOWN": "60"}
+    with GatewayProcess(hung_remote, tmp_path / "gw", env=env) as gw:
+        client = gw.client(read_timeout=120, connect_timeout=5, retries={"total_max_attempts": 1})
+        client.head_bucket(Bucket=bucket)
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        hung_remote.pause()
+        try:
+            calls: dict[str, Callable[[], Any]] = {
+                "GET": lambda: client.get_object(Bucket=bucket, Key="cold")["Body"].read(),
+                "HEAD": lambda: client.head_object(Bucket=bucket, Key="cold"),
+                "ListObjectsV2": lambda: client.list_objects_v2(Bucket=bucket),
+            }
+            for name, call in calls.items():
+                elapsed, headers = timed_503(call)
+                print(f"deadline {name}: 503 after {elapsed:.2f} s, Retry-After {headers.get('retry-after')}")
+                assert elapsed < 5.0, f"{name} took {elapsed:.1f} s"
+                assert headers.get("retry-after") == "3", headers
+            assert httpx.get(f"{gw.endpoint}/healthz", timeout=5).status_code == 200
+            deadline = time.monotonic() + 40  # the abandoned calls fail after 2 x 10 s: the circuit opens
+            while circuit_state(gw, hung_remote.endpoint) != 2.0:
+                assert time.monotonic() < deadline, "the circuit never opened"
+                time.sleep(1)
+            stats = httpx.get(f"{gw.endpoint}/admin/stats", headers=admin, timeout=10).json()
+            assert stats["remote"]["circuit"] == "open", stats["remote"]
+            elapsed, _ = timed_503(calls["GET"])
+            assert elapsed < 1.0  # open: refused at once
+            stats = httpx.get(f"{gw.endpoint}/admin/stats", headers=admin, timeout=10).json()
+            assert stats["remote"]["circuit_rejected"] >= 1, stats["remote"]
+        finally:
+            hung_remote.resume()
