@@ -79,7 +79,7 @@ class Ledger:
     def verify_final(self, key: str, state: str, size: int, *, where: str) -> bool:
         """The key's state after the faults: lost if an acknowledged write is missing."""
         with self._lock:
-            history = self.keys[key]
+            history = self.keys.get(key, KeyHistory())  # never written: it must be absent
             allowed = history.allowed_final()
             possible = history.possible()
         self.record.add(bytes_verified=size if state != ABSENT else 0)

@@ -78,7 +78,10 @@ class CountingProxy:
                 pass
 
             def _forward(self) -> None:
-                write = self.command in ("PUT", "POST", "DELETE") and "/" in self.path.lstrip("/")
+                # A write of an object (a PutObject, DeleteObject, multipart create or complete;
+                # not the parts of one upload, which may go in parallel).
+                write = (self.command in ("PUT", "POST", "DELETE") and "/" in self.path.lstrip("/")
+                         and "partNumber=" not in self.path)
                 key = self.path.partition("?")[0]
                 with proxy._busy:
                     proxy._in_flight += 1
