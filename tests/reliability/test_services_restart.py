@@ -115,7 +115,8 @@ def test_service_restart_under_load(service: dict[str, Any], fleet_node: Callabl
         node.ensure_running()
         result = node.gw.flush(bucket, timeout=180)
         if not result.get("durable"):
-            rec.odd(f"flush after the {name} restart did not complete: {result}")
+            rec.odd(f"flush after the {name} restart did not complete: {result}; worker log: "
+                    f"{node.worker.log_tail(600)!r}; beat log: {node.beat.log_tail(300)!r}")
         verify_keys(ledger, node.client(), remote, bucket, load.all_keys() + cold)
         leaks = check_leaks(rec, node, bucket)
         if proxy.max_concurrent_writes > 1:
