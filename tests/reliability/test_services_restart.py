@@ -98,14 +98,14 @@ def test_service_restart_under_load(service: dict[str, Any], fleet_node: Callabl
         node.client().head_bucket(Bucket=bucket)
         load = MixedLoad(node.client, bucket, ledger, prefix="w/", cold_keys=cold, threads=3).start()
         try:
-            time.sleep(3)
+            time.sleep(2)
             started = time.monotonic()
             for cmd in service["restart"]():
                 subprocess.run(cmd, check=True, timeout=60, stdout=subprocess.DEVNULL)
             rec.add(faults_injected=1)
             back = wait_reachable(service["port"])
             print(f"{name} restarted in {time.monotonic() - started:.1f}s")
-            time.sleep(6)  # the load goes on while the gateway and worker reconnect
+            time.sleep(4)  # the load goes on while the gateway and worker reconnect
         finally:
             load.stop()
         assert back, f"{name} did not come back"
