@@ -42,6 +42,11 @@ class Seen:
         return parts[1] if len(parts) == 2 else ""
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A peer that resets or drops a connection (the faults this proxy plays) is not news."""
+
+
 class CountingProxy:
     def __init__(self, upstream: Any) -> None:
         self.upstream = upstream
@@ -197,7 +202,7 @@ class CountingProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
