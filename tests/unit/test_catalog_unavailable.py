@@ -35,3 +35,17 @@ def test_sqlite_errors_are_left_alone(tmp_path: object) -> None:
     with pytest.raises(Exception) as info, engine.connect() as conn:
         conn.execute(text("SELEC 1"))
     assert not isinstance(info.value, S3Error)
+
+
+@pytest.mark.fleet
+def test_a_dropped_pooled_connection_is_replaced_silently(postgres_url: str) -> None:
+    """The pool's pre-ping finds a connection the server dropped (a restart) and opens a new one:
+    that is no outage, so no 503 (the hook leaves the pre-ping alone)."""
+    engine = make_engine(postgres_url, pool_size=1)
+    with engine.connect() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+    with make_engine(postgres_url).connect() as admin:
+        admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT pg_backend_pid()")).scalar() != pid
+    engine.dispose()

@@ -41,5 +41,7 @@ def _unavailable(ctx: ExceptionContext) -> None:
     """A lost or refused server connection becomes ``CatalogUnavailable`` (503 with Retry-After
     for S3 clients and the admin API alike) instead of a 500. The pool has already dropped the
     dead connection; ``pool_pre_ping`` replaces it once the server is back."""
+    if ctx.is_pre_ping:
+        return  # the pool replaces a dropped connection by itself: no outage, nothing to say
     if ctx.is_disconnect or isinstance(ctx.sqlalchemy_exception, (OperationalError, InterfaceError)):
         raise CatalogUnavailable() from ctx.original_exception
