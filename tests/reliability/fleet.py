@@ -23,6 +23,9 @@ from tests.reliability.record import Record
 from tests.support.celery_worker import CELERY, ROOT, CeleryWorker
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
 
+# Seconds a process may take to answer after it starts: the suite runs on shared CI machines whose
+# load can reach dozens of runnable processes per core (a gateway then needs a minute to start).
+START_TIMEOUT = 180.0
 FAST_ENV = {
     "FERRY_DESTAGE_LEASE_SECONDS": "3",
     "FERRY_SWEEP_INTERVAL": "0.5",
@@ -63,12 +66,12 @@ class FleetNode:
 
     def ensure_running(self) -> None:
         if self.gw.proc is None or self.gw.proc.poll() is not None:
-            self.gw.start(timeout=60)
+            self.gw.start(timeout=START_TIMEOUT)
             self._client = None
         if not self.worker.is_running():
-            self.worker.start(timeout=60)
+            self.worker.start(timeout=START_TIMEOUT)
         if not self.beat.is_running():
-            self.beat.start()
+            self.beat.start(timeout=START_TIMEOUT)
 
     def client(self) -> Any:
         if self._client is None:

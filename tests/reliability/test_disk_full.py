@@ -28,7 +28,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tests.reliability.fleet import admin
+from tests.reliability.fleet import START_TIMEOUT, admin
 from tests.reliability.ledger import ABSENT, Ledger, sha
 from tests.reliability.record import Record
 from tests.support.counting_proxy import CountingProxy
@@ -116,7 +116,7 @@ def test_disk_full(seaweed: Any, small_disk: Path, recorder: Callable[[str, str]
     for key, body in cold.items():
         remote.put_object(Bucket=bucket, Key=key, Body=body)
         ledger.seed(key, body)
-    with CountingProxy(seaweed) as proxy, GatewayProcess(proxy, small_disk / "gw", env=ENV) as gw:
+    with CountingProxy(seaweed) as proxy, GatewayProcess(proxy, small_disk / "gw", env=ENV).start(timeout=START_TIMEOUT) as gw:
         s3 = gw.client(connect_timeout=5, read_timeout=60)
         s3.head_bucket(Bucket=bucket)
         proxy.fail_with, proxy.fail_code = 503, "ServiceUnavailable"  # the remote is down
@@ -146,7 +146,7 @@ def test_disk_full(seaweed: Any, small_disk: Path, recorder: Callable[[str, str]
         print(f"cache wipe on the full disk: {wipe}")
         gw.kill()  # kill -9 on the full disk, then start again on it
         rec.add(faults_injected=1)
-        gw.start(timeout=60)
+        gw.start(timeout=START_TIMEOUT)
         check = sqlite3.connect(small_disk / "gw" / "ferry.db").execute("PRAGMA integrity_check").fetchone()
         if check != ("ok",):
             rec.odd(f"the journal's SQLite database is damaged: {check}")
