@@ -6,6 +6,10 @@
 #   scripts/test.sh -m slow                 any -m of yours replaces the quick profile
 #   scripts/test.sh -m ""                   everything
 #
+# The quick profile includes the reliability suite's quick profile (tests/reliability, a few
+# minutes; it restarts the machine's PostgreSQL and Redis once each, see tests/reliability/README.md).
+# Its figures and docs/reliability.md come from scripts/reliability.sh.
+#
 # Exits with pytest's exit code (5 = no tests collected), or 1 when lint fails.
 set -euo pipefail
 

@@ -1,9 +1,9 @@
 """The remote durable bucket, over boto3. Blocking calls: the services run them in threads.
 
 Remote failures become ``S3Error`` values: the remote's own S3 error passes through with its
-code and status (a missing key is ``NoSuchKey`` whoever says it); an unreachable remote is a
-``503 ServiceUnavailable`` that says so. Header values are kept as latin-1 strings end to end so
-that arbitrary bytes (UTF-8 metadata included) cross the gateway unchanged.
+code and status (a missing key is ``NoSuchKey`` whoever says it); an unreachable remote, or one
+that answers a 5xx other than SlowDown, is a ``503 ServiceUnavailable`` that says so. Header
+values are kept as latin-1 strings end to end so that arbitrary bytes (UTF-8 metadata included) cross the gateway unchanged.
 """
 
 from __future__ import annotations
@@ -90,11 +90,14 @@ def translate_errors(bucket: str | None = None, key: str | None = None) -> Itera
             fields["Key"] = key
         if bucket and code == "NoSuchBucket":
             fields["BucketName"] = bucket
-        if code.isdigit() and status >= 500:
-            # A body-less 5xx (a proxy or load balancer in the way): the remote is unavailable.
-            raise S3Error("ServiceUnavailable", f"The remote region answered HTTP {status}.") from exc
+        if status >= 500 and code not in ("SlowDown", "NotImplemented"):
+            # The remote failed (InternalError, a body-less 5xx of a proxy in the way, a code of
+            # its own): for the client the gateway's remote is unavailable for now, a 503 with
+            # Retry-After, never a 500 that reads as the gateway's own fault (issue 15).
+            said = "" if code.isdigit() else f" {code}"
+            raise S3Error("ServiceUnavailable", f"The remote region answered HTTP {status}{said}.") from exc
         if code not in ERROR_TABLE:
-            # A remote-specific code still travels, with the remote's status (5xx stays 5xx).
+            # A remote-specific code still travels, with the remote's status.
             raise S3Error(code, str(err.get("Message") or code), status=status) from exc
         raise S3Error(code, message, **fields) from exc
     except (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionClosedError,

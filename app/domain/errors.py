@@ -94,3 +94,11 @@ class S3Error(Exception):
         self.headers = headers or {}
         self.fields = fields
         super().__init__(f"{code}: {self.message}")
+
+
+class CatalogUnavailable(S3Error):
+    """The catalog database cannot be reached (restarting, a network cut): the gateway is
+    unavailable for a moment, a 503 a client retries, not a 500. The message names no address."""
+
+    def __init__(self) -> None:
+        super().__init__("ServiceUnavailable", "The gateway's catalog database is unreachable; please retry.")

@@ -2,14 +2,20 @@
 
 Tests of the read cache count remote requests (GETs per key, bytes per range) through it. It
 forwards bytes unchanged (the Host header included, so SigV4 signatures stay valid) and can be
-told to fail requests, to play a remote outage.
+told to fail requests, to play a remote outage, and inject faults (tests/reliability): S3 error
+answers on a share of requests (``fail_ratio``, a flapping remote), connections reset in the middle
+of a GET body or after a write reached the remote (its answer lost), GET bodies cut short
+(``truncate_ratio``) or altered (``corrupt_at``). ``faults`` counts what was injected, and
+``max_concurrent_writes`` the most writes of one key that were at the remote at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import random
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +42,11 @@ class Seen:
         return parts[1] if len(parts) == 2 else ""
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A peer that resets or drops a connection (the faults this proxy plays) is not news."""
+
+
 class CountingProxy:
     def __init__(self, upstream: Any) -> None:
         self.upstream = upstream
@@ -56,6 +67,13 @@ class CountingProxy:
         # Also record answers the client cut short (a fill that took the first block of a whole-object
         # GET and closed it); off by default, as the tests written before it count without them.
         self.record_cut = False
+        self.fail_code = ""  # with fail_with: an S3 XML error body with this code (SlowDown, InternalError)
+        self.fail_ratio = 1.0  # share of requests that fail_with answers (< 1: a flapping remote)
+        self.reset_ratio = 0.0  # share of requests whose connection is reset (GET: mid-body; writes: after upstream)
+        self.truncate_ratio = 0.0  # share of GET bodies cut (clean close) half-way, Content-Length promising all
+        self.faults = 0
+        self.max_concurrent_writes = 0
+        self._writes: dict[str, int] = {}
         self._lock = threading.Lock()
         self._busy = threading.Condition()
         self._in_flight = 0
@@ -68,31 +86,67 @@ class CountingProxy:
                 pass
 
             def _forward(self) -> None:
+                # A write of an object (a PutObject, DeleteObject, multipart create or complete;
+                # not the parts of one upload, which may go in parallel).
+                write = (self.command in ("PUT", "POST", "DELETE") and "/" in self.path.lstrip("/")
+                         and "partNumber=" not in self.path)
+                key = self.path.partition("?")[0]
                 with proxy._busy:
                     proxy._in_flight += 1
+                    if write:
+                        proxy._writes[key] = proxy._writes.get(key, 0) + 1
+                        proxy.max_concurrent_writes = max(proxy.max_concurrent_writes, proxy._writes[key])
                 try:
                     self._relay()
                 finally:
                     with proxy._busy:
                         proxy._in_flight -= 1
+                        if write:
+                            proxy._writes[key] -= 1
                         proxy._busy.notify_all()
+
+            def _reset(self) -> None:
+                """Close with RST: the peer sees 'connection reset', not an end of stream."""
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
 
             def _relay(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 if proxy.delay:
+                    proxy._count()
                     time.sleep(proxy.delay)
-                if proxy.fail_with is not None:
+                if proxy.fail_with is not None and proxy._roll(proxy.fail_ratio):
+                    error = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>injected'
+                             b'</Message></Error>' % proxy.fail_code.encode()) if proxy.fail_code else b""
                     self.send_response(proxy.fail_with)
-                    self.send_header("Content-Length", "0")
+                    self.send_header("Content-Length", str(len(error)))
+                    if error:
+                        self.send_header("Content-Type", "application/xml")
                     self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(error)
                     proxy._record(self, proxy.fail_with, 0)
                     return
+                cut = ""  # how this request's answer is broken, if it is
+                if proxy._roll(proxy.reset_ratio):
+                    cut = "reset"
+                elif self.command == "GET" and proxy._roll(proxy.truncate_ratio):
+                    cut = "truncate"
                 conn = http.client.HTTPConnection(proxy._host, proxy._port, timeout=120)
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
                     conn.request(self.command, self.path, body=body, headers=headers)
                     resp = conn.getresponse()
+                    if cut == "reset" and self.command != "GET":  # it happened; the answer is lost
+                        resp.read()
+                        self._reset()
+                        proxy._record(self, 0, 0)
+                        return
+                    length = int(resp.getheader("Content-Length") or 0)
+                    cut_at = length // 2 if cut and self.command == "GET" and resp.status in (200, 206) and length > 1 else None
                     self.send_response(resp.status, resp.reason)
                     for name, value in resp.getheaders():
                         if name.lower() not in HOP_BY_HOP:
@@ -114,10 +168,21 @@ class CountingProxy:
                             chunk = resp.read(256 * 1024)
                             if not chunk:
                                 break
+                            if cut_at is not None and sent <= cut_at < sent + len(chunk):
+                                emit(chunk[:cut_at - sent])
+                                if cut == "reset":
+                                    self._reset()
+                                else:
+                                    self.close_connection = True
+                                    with contextlib.suppress(OSError):
+                                        self.connection.shutdown(socket.SHUT_RDWR)
+                                proxy._record(self, resp.status, cut_at)
+                                return
                             flip = proxy.corrupt_at
                             if self.command == "GET" and flip is not None and sent <= flip < sent + len(chunk):
                                 at = flip - sent
                                 chunk = chunk[:at] + bytes([chunk[at] ^ 0xFF]) + chunk[at + 1:]
+                                proxy._count()
                             stall = proxy.stall_after
                             if self.command == "GET" and stall is not None and sent <= stall < sent + len(chunk):
                                 emit(chunk[:stall - sent])
@@ -145,9 +210,29 @@ class CountingProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _roll(self, ratio: float) -> bool:
+        """True for a ``ratio`` share of requests (each one counted as an injected fault)."""
+        hit = ratio > 0 and (ratio >= 1 or random.random() < ratio)
+        if hit:
+            self._count()
+        return hit
+
+    def _count(self) -> None:
+        with self._lock:
+            self.faults += 1
+
+    def clear_faults(self) -> None:
+        """Back to a faithful proxy (counters kept)."""
+        self.fail_with = None
+        self.fail_code = ""
+        self.fail_ratio = 1.0
+        self.reset_ratio = self.truncate_ratio = 0.0
+        self.corrupt_at = None
+        self.delay = 0.0
 
     def _record(self, handler: BaseHTTPRequestHandler, status: int, sent: int) -> None:
         path, _, query = handler.path.partition("?")

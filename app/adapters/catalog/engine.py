@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from app.domain.errors import CatalogUnavailable
 
 
 def make_engine(url: str, *, pool_size: int = 10, synchronous: str = "FULL") -> Engine:
@@ -28,4 +32,16 @@ def make_engine(url: str, *, pool_size: int = 10, synchronous: str = "FULL") -> 
             cur.close()
 
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    event.listen(engine, "handle_error", _unavailable)
+    return engine
+
+
+def _unavailable(ctx: ExceptionContext) -> None:
+    """A lost or refused server connection becomes ``CatalogUnavailable`` (503 with Retry-After
+    for S3 clients and the admin API alike) instead of a 500. The pool has already dropped the
+    dead connection; ``pool_pre_ping`` replaces it once the server is back."""
+    if ctx.is_pre_ping:
+        return  # the pool replaces a dropped connection by itself: no outage, nothing to say
+    if ctx.is_disconnect or isinstance(ctx.sqlalchemy_exception, (OperationalError, InterfaceError)):
+        raise CatalogUnavailable() from ctx.original_exception
