@@ -279,9 +279,15 @@ class RemoteRouter:
 
     # ---- multipart -----------------------------------------------------------------------------
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
-                         metadata: dict[str, str], checksum_algorithm: str | None) -> str:
-        upload: str = self._call("create_multipart", bucket, key, content_headers, metadata, checksum_algorithm)
+                         metadata: dict[str, str], checksum_algorithm: str | None,
+                         checksum_type: str | None = None) -> str:
+        upload: str = self._call("create_multipart", bucket, key, content_headers, metadata, checksum_algorithm,
+                                 checksum_type)
         return upload
+
+    def list_multipart(self, bucket: str) -> list[tuple[str, str, datetime]]:
+        uploads: list[tuple[str, str, datetime]] = self._call("list_multipart", bucket)
+        return uploads
 
     def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: BinaryIO, size: int,
                     content_md5: str, checksums: dict[str, str]) -> str:
