@@ -173,11 +173,15 @@ def sweep_node(settings: Settings) -> str | None:
     return None if settings.effective_database_url.startswith("sqlite") else settings.node_id
 
 
+RESEND_AFTER = 10.0  # seconds before the sweep sends a queued row's destage to Celery again
+
+
 def chore_intervals(settings: Settings) -> Intervals:
     """The settings the chores run by (the in-process loop and each node's beat alike)."""
     return Intervals(sweep=settings.sweep_interval, retention=settings.journal_retention_seconds,
                      revalidate=settings.cache_revalidate_interval,
-                     remote_uploads=settings.remote_upload_sweep_interval)
+                     remote_uploads=settings.remote_upload_sweep_interval,
+                     resend=RESEND_AFTER if settings.broker_url else 0.0)
 
 
 def make_chores(settings: Settings, journal: Journal, cache: ReadCache, expiry: UploadExpiry,

@@ -41,7 +41,8 @@ class JournalChores(Protocol):
     """What the journal's chores need of it."""
 
     def release_expired_leases(self) -> int: ...
-    def due(self, limit: int = ..., now: float | None = ..., node_id: str | None = ...) -> list[int]: ...
+    def due(self, limit: int = ..., now: float | None = ..., node_id: str | None = ...,
+            resend_after: float = ...) -> list[int]: ...
     def compact(self, retention_seconds: float) -> int: ...
 
 
@@ -82,6 +83,9 @@ class Intervals:
     orphans_first: float = 60.0  # ... and a minute after start
     touches: float = 1.0  # access times buffered in each serving process
     remote_uploads: float = 3600.0  # FERRY_REMOTE_UPLOAD_SWEEP_INTERVAL: remote uploads nothing owns
+    # A row the sweep handed to Celery is not sent again for this long (the in-process queue drops
+    # duplicates itself: 0). Without it, a backlog grew by every sweep faster than workers drained it.
+    resend: float = 0.0
 
 
 def compaction_interval(retention_seconds: float, sweep_interval: float) -> float:
@@ -105,18 +109,20 @@ class ChoreParts:
     _running: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
 
 
-def sweep_journal(journal: JournalChores, submit: Callable[[int], None], node_id: str | None) -> int:
+def sweep_journal(journal: JournalChores, submit: Callable[[int], None], node_id: str | None,
+                  resend_after: float = 0.0) -> int:
     """The outbox sweep: free leases of dead workers, hand every due row of this node on again
-    (another node's bytes are in its own data directory)."""
+    (another node's bytes are in its own data directory). A row handed on is not due again for
+    ``resend_after`` seconds (Celery: its message may still be queued; see ``Journal.due``)."""
     journal.release_expired_leases()
-    due = journal.due(node_id=node_id)
+    due = journal.due(node_id=node_id, resend_after=resend_after)
     for seq in due:
         submit(seq)
     return len(due)
 
 
 def _sweep(p: ChoreParts) -> object:
-    return sweep_journal(p.journal, p.submit, p.sweep_node)
+    return sweep_journal(p.journal, p.submit, p.sweep_node, p.intervals.resend)
 
 
 def _compact(p: ChoreParts) -> object:

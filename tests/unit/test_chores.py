@@ -213,3 +213,33 @@ def test_the_serving_process_runs_only_its_own_chores_in_fleet_mode(tmp_path: Pa
         _, loop = make_chores(settings, parts.journal, parts.cache, parts.upload_expiry,  # type: ignore[arg-type]
                               EmbeddedExecutor(None, None))  # type: ignore[arg-type]
         assert {c.name for c in loop.chores} == names
+
+
+def test_a_row_handed_to_celery_is_not_sent_again_until_the_resend_time(tmp_path: Path) -> None:
+    """The sweep in fleet mode: a row whose message may still be queued is not sent again on every
+    pass (the queue grew faster than workers drained it after kill -9 rounds); a lost message is
+    sent again once ``resend`` has passed, and a freed lease makes the row due at once."""
+    remote = InMemoryRemote()
+    remote.create_bucket("bkt", None)
+    services = build(tmp_path, remote)
+    asyncio.run(services.put("bkt", "k", b"queued"))
+    sent: list[int] = []
+    parts = _parts(tmp_path / "cache", remote, submit=sent.append, journal=services.journal,
+                   intervals=Intervals(resend=0.3))
+    run_chore("sweep", parts)
+    run_chore("sweep", parts)
+    assert len(sent) == 1  # the second pass found it not due yet
+    time.sleep(0.35)
+    run_chore("sweep", parts)
+    assert len(sent) == 2 and len(set(sent)) == 1  # the message may have been lost: once more
+    assert services.destager.destage(sent[0]) == "durable"
+    run_chore("sweep", parts)
+    assert len(sent) == 2  # durable rows are never sent
+
+
+def test_the_sweep_resends_at_once_in_embedded_mode_and_after_a_pause_in_fleet_mode() -> None:
+    from app.bootstrap import RESEND_AFTER, chore_intervals
+
+    assert chore_intervals(Settings()).resend == 0.0  # the in-process queue drops duplicates itself
+    fleet = Settings(broker_url="redis://127.0.0.1:6379/15", node_id="n-1")
+    assert chore_intervals(fleet).resend == RESEND_AFTER > 0

@@ -202,11 +202,16 @@ class Journal:
                 or_(MultipartPart.node_id == self.node_id, MultipartPart.node_id.is_(None)))) or 0
         return int(versions) + int(parts)
 
-    def due(self, limit: int = 1000, now: float | None = None, node_id: str | None = None) -> list[int]:
+    def due(self, limit: int = 1000, now: float | None = None, node_id: str | None = None,
+            resend_after: float = 0.0) -> list[int]:
         """Buffered rows whose retry time has come (the outbox sweeper re-enqueues these).
 
         A fleet node passes its ``node_id``: a row's bytes are on the node that accepted it, so
-        only that node's worker can destage it.
+        only that node's worker can destage it. With ``resend_after``, the rows returned are not
+        due again for that long (not a state move: the row stays buffered and any worker may
+        claim it): a row whose message is still queued behind a backlog is not sent again on
+        every sweep, which would grow the queue faster than workers drain it; a message that was
+        lost is sent again once that time has passed.
         """
         now = time.time() if now is None else now
         stmt = (select(ObjectVersion.seq)
@@ -214,8 +219,14 @@ class Journal:
                 .order_by(ObjectVersion.seq).limit(limit))
         if node_id is not None:
             stmt = stmt.where(ObjectVersion.node_id == node_id)
-        with self.sessions() as s:
-            return list(s.scalars(stmt))
+        with self.sessions.begin() as s:
+            seqs = list(s.scalars(stmt))
+            if seqs and resend_after > 0:
+                s.execute(update(ObjectVersion)
+                          .where(ObjectVersion.seq.in_(seqs), ObjectVersion.state == VersionState.BUFFERED.value,
+                                 ObjectVersion.next_attempt_at <= now)
+                          .values(next_attempt_at=now + resend_after).execution_options(synchronize_session=False))
+            return seqs
 
     def blobs_referenced(self, blob_ids: Sequence[str]) -> set[str]:
         """Which of these blob ids a dirty row or an open upload still references."""
