@@ -173,7 +173,7 @@ def sweep_node(settings: Settings) -> str | None:
     return None if settings.effective_database_url.startswith("sqlite") else settings.node_id
 
 
-RESEND_AFTER = 10.0  # seconds before the sweep sends a queued row's destage to Celery again
+RESEND_AFTER = 3.0  # seconds before the sweep sends a queued row's destage to Celery again
 
 
 def chore_intervals(settings: Settings) -> Intervals:

@@ -270,11 +270,13 @@ def test_flipping_write_replicas_from_1_to_2_mid_stream(fleet: Fleet, wbucket: s
     flip_seq: list[int] = []
 
     def writer() -> None:
-        i = 0
-        while i < 20 or not flipped.is_set() or len(acked) < 40:
+        i = after_flip = 0
+        while i < 20 or after_flip < 12:  # enough writes on each side of the flip, however fast they go
             key, body = f"{prefix}{i:03d}", os.urandom(32 * 1024 + i)
+            started_after = flipped.is_set()
             client.put_object(Bucket=wbucket, Key=key, Body=body)
             acked[key] = body
+            after_flip += started_after
             i += 1
 
     down(remote_up, fleet.nodes[0], wbucket)  # rows stay buffered: replica records are kept until durable

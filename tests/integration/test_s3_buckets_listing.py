@@ -116,11 +116,16 @@ def test_bucket_lifecycle(s3: Any) -> None:
     assert (status, error["Code"]) == (404, "NoSuchBucket")
 
 
-def test_bucket_with_open_upload_is_not_empty(s3: Any, bucket: str) -> None:
+def test_bucket_with_an_object_and_an_open_upload_is_not_empty(s3: Any, bucket: str) -> None:
+    """An object keeps the bucket (and its uploads); a bucket holding only uploads in progress is
+    deleted with them, as S3 does (tests/integration/test_abandoned_uploads.py)."""
+    s3.put_object(Bucket=bucket, Key="kept", Body=b"x")
     upload = s3.create_multipart_upload(Bucket=bucket, Key="pending")["UploadId"]
     status, error = s3_error(s3.delete_bucket, Bucket=bucket)
     assert (status, error["Code"]) == (409, "BucketNotEmpty")
+    assert [u["UploadId"] for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])] == [upload]
     s3.abort_multipart_upload(Bucket=bucket, Key="pending", UploadId=upload)
+    s3.delete_object(Bucket=bucket, Key="kept")
 
 
 def test_missing_bucket(s3: Any) -> None:

@@ -47,6 +47,9 @@ FAST_ENV = {
     "FERRY_DESTAGE_BACKOFF_CAP": "2",
 }
 MODES = [pytest.param("embedded", id="embedded"), pytest.param("fleet", id="fleet", marks=pytest.mark.fleet)]
+# The fleet variant of the longest test runs on demand (-m slow): 90 s of CI for what the embedded
+# variant and tests/integration/test_fleet_writes.py already cover.
+MODES_QUICK_EMBEDDED = [MODES[0], pytest.param("fleet", id="fleet", marks=[pytest.mark.fleet, pytest.mark.slow])]
 FLEET = [pytest.param("fleet", id="fleet", marks=pytest.mark.fleet)]
 
 
@@ -406,7 +409,7 @@ class Write:
     end: float = 0.0
 
 
-@pytest.mark.parametrize("mode", MODES, indirect=True)
+@pytest.mark.parametrize("mode", MODES_QUICK_EMBEDDED, indirect=True)
 def test_rapid_overwrites_remote_ends_with_newest(make_node: Callable[..., Node], mode: Mode, bucket: str,
                                                   seaweed: SeaweedServer) -> None:
     """100 PUTs of one key from 4 concurrent clients, each body distinct (its ETag names it).
