@@ -47,8 +47,8 @@ FAST_ENV = {
     "FERRY_DESTAGE_BACKOFF_CAP": "2",
 }
 MODES = [pytest.param("embedded", id="embedded"), pytest.param("fleet", id="fleet", marks=pytest.mark.fleet)]
-# The fleet variant of the longest test runs on demand (-m slow): 90 s of CI for what the embedded
-# variant and tests/integration/test_fleet_writes.py already cover.
+# The fleet variants of the two longest tests run on demand (-m slow): 140 s of CI for what the
+# embedded variants and tests/integration/test_fleet_writes.py (kill -9 of a node) already cover.
 MODES_QUICK_EMBEDDED = [MODES[0], pytest.param("fleet", id="fleet", marks=[pytest.mark.fleet, pytest.mark.slow])]
 FLEET = [pytest.param("fleet", id="fleet", marks=pytest.mark.fleet)]
 
@@ -274,7 +274,7 @@ def _multipart(client: Any, bucket: str, up: Upload, shared: list[bytes], rnd: r
         up.error = f"{type(exc).__name__}: {exc}"
 
 
-@pytest.mark.parametrize("mode", MODES, indirect=True)
+@pytest.mark.parametrize("mode", MODES_QUICK_EMBEDDED, indirect=True)
 def test_kill9_gateway_during_concurrent_multipart_uploads(make_node: Callable[..., Node], mode: Mode,
                                                           bucket: str, seaweed: SeaweedServer) -> None:
     rnd = random.Random()
