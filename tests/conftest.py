@@ -23,6 +23,7 @@ if str(ROOT) not in sys.path:  # `import tests.support...` also under a bare `py
     sys.path.insert(0, str(ROOT))
 
 from tests.support.counting_proxy import CountingProxy  # noqa: E402
+from tests.support.databases import throwaway_database  # noqa: E402
 from tests.support.seaweed import SeaweedServer  # noqa: E402
 from tests.support.tls import TLSFiles, make_tls_files  # noqa: E402
 
@@ -244,24 +245,8 @@ def bucket(module_bucket: str, gateway: GatewayProcess, seaweed: SeaweedServer) 
 @pytest.fixture
 def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
     """A new, empty PostgreSQL database for one test (``ferry serve`` migrates it), dropped after."""
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    u = make_url(postgres_url)
-    name = f"ferry_wb_{uuid.uuid4().hex[:12]}"
-
-    def connect() -> Any:
-        return psycopg.connect(host=u.host or POSTGRES_HOST, port=u.port or POSTGRES_PORT,
-                               user=u.username or "postgres", password=u.password, dbname="postgres",
-                               autocommit=True, connect_timeout=5)
-
-    with connect() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield u.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with connect() as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_database(postgres_url, "ferry_wb") as url:
+        yield url
 
 
 # ------------------------------------------------------------------ end of write-back fault tests section

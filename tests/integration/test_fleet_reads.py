@@ -19,6 +19,7 @@ import pytest
 from app.domain.ownership import block_key, owner
 from app.fleet.wire import BLOCK_PATH, PING_PATH
 from tests.support.counting_proxy import CountingProxy
+from tests.support.databases import throwaway_database
 from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.fleet
@@ -30,23 +31,8 @@ MiB = 1024 * 1024
 @pytest.fixture(scope="module")
 def fleet_db(fleet_services: Any) -> Iterator[str]:
     """A database of its own: the nodes table holds only this module's fleet."""
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    u = make_url(fleet_services.postgres_url)
-    name = f"ferry_fleet_{uuid.uuid4().hex[:10]}"
-
-    def connect() -> Any:
-        return psycopg.connect(host=u.host, port=u.port, user=u.username or "postgres", password=u.password,
-                               dbname="postgres", autocommit=True, connect_timeout=5)
-
-    with connect() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield u.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with connect() as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_database(fleet_services.postgres_url, "ferry_fleet") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from botocore.exceptions import ClientError
 from sqlalchemy import create_engine, text
 
 from tests.support.counting_proxy import CountingProxy
+from tests.support.databases import throwaway_database
 from tests.support.fleet import STALE, Fleet
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
 
@@ -64,23 +65,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 @pytest.fixture(scope="module")
 def wdb(fleet_services: Any) -> Iterator[str]:
     """A database of its own: the nodes and journal tables hold only this module's fleet."""
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    u = make_url(fleet_services.postgres_url)
-    name = f"ferry_fw_{uuid.uuid4().hex[:10]}"
-
-    def connect() -> Any:
-        return psycopg.connect(host=u.host, port=u.port, user=u.username or "postgres", password=u.password,
-                               dbname="postgres", autocommit=True, connect_timeout=5)
-
-    with connect() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield u.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with connect() as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_database(fleet_services.postgres_url, "ferry_fw") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
