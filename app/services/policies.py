@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
 
-from app.adapters.catalog.policies import PolicyRepo
 from app.domain.policy import Policy, PolicyRule, resolve
 
 
+class PolicyRules(Protocol):
+    """The catalog's policy rules (``adapters/catalog/policies.PolicyRepo``) and their version."""
+
+    def version(self) -> tuple[int, float]: ...
+    def list(self) -> list[PolicyRule]: ...
+
+
 class PolicyBook:
-    def __init__(self, repo: PolicyRepo, defaults: Policy, *, refresh_seconds: float = 1.0) -> None:
+    def __init__(self, repo: PolicyRules, defaults: Policy, *, refresh_seconds: float = 1.0) -> None:
         self.repo = repo
         self.defaults = defaults
         self.refresh_seconds = refresh_seconds

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from app.adapters.blobstore import BlobStore
 from app.adapters.blockformat import DATA_OFFSET
-from app.adapters.cachestore import CacheStore, block_name
+from app.adapters.cachestore import CacheStore
 from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
@@ -27,6 +27,7 @@ from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.repo import Catalog
 from app.bootstrap import make_chores
 from app.config import Settings
+from app.domain.cache import block_name
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
 from app.services.budget import DiskReserve
