@@ -49,6 +49,7 @@ from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
+from app.services.probes import RemoteChecks
 from app.services.remote_uploads import RemoteUploadSweep
 from app.services.replicas import ReplicaKeeper
 from app.services.staging import CeleryStagingExecutor, EmbeddedStagingExecutor, StagingParts, StagingService
@@ -73,6 +74,7 @@ class AdminParts:
     journal: JournalQueries
     stats: CatalogStats
     durability: Durability
+    remote_checks: RemoteChecks
 
 
 @dataclass
@@ -270,7 +272,8 @@ def make_admin_parts(settings: Settings, engine: Engine, staging: StagingRepo, j
     return AdminParts(tokens=TokenRepo(engine), owners=OwnerRepo(engine, BOOTSTRAP_TENANT), tenants=TenantRepo(engine),
                       remotes=RemoteRepo(engine), staging=staging, cache_usage=CacheUsageQueries(engine),
                       journal=JournalQueries(engine), stats=CatalogStats(engine, settings.node_id),
-                      durability=Durability(journal, executor))
+                      durability=Durability(journal, executor),
+                      remote_checks=RemoteChecks(remote_config(settings)))
 
 
 def make_replicas(settings: Settings, engine: Engine, blobs: BlobStore,
