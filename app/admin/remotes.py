@@ -7,13 +7,14 @@ FERRY_REMOTE_REFRESH_SECONDS (this one at once), so a mapping or a rotated key n
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import AfterValidator, Field, StringConstraints
 
-from app.adapters.catalog.remotes import MappingInfo, RemoteInfo
+from app.adapters.catalog.remotes import MappingInfo, RemoteInfo, RemoteRepo
 from app.admin.auth import Authenticator
 from app.admin.common import BUCKET_PATTERN, BucketName, Model, Name, Out, Text, run
 from app.bootstrap import Container
@@ -175,6 +176,12 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         info = await run(repo.get, remote_id)
         return _check_out(await checks.check_registered(info, bucket), info.endpoint)
 
+    _mapping_routes(api, repo, changed, auth)
+    return api
+
+
+def _mapping_routes(api: APIRouter, repo: RemoteRepo, changed: Callable[[], Awaitable[None]],
+                    auth: Authenticator) -> None:
     @api.get("/bucket-mappings", response_model=list[MappingOut], dependencies=auth.read())
     async def list_mappings() -> list[MappingInfo]:
         """Buckets served from a registered remote (the others from the default remote)."""
@@ -198,5 +205,3 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         await run(repo.delete_mapping, bucket)
         await changed()
         return Response(status_code=204)
-
-    return api
