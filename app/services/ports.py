@@ -1,6 +1,6 @@
 """What the services need from the outside world, as small Protocols.
 
-The adapters (``adapters/remote.py``, ``adapters/catalog/journal.py``, ``adapters/catalog/repo.py``,
+The adapters (``adapters/remote/``, ``adapters/catalog/journal.py``, ``adapters/catalog/repo.py``,
 ``adapters/blobstore.py``, ``adapters/catalog/cache_index.py``, ``adapters/cachestore.py``) satisfy
 them structurally; ``tests/fakes`` implements the remote one in
 memory, so the write, read, listing, destage and cache services run in unit tests without
