@@ -49,9 +49,10 @@ from app.services.executor import CeleryExecutor, EmbeddedExecutor
 from app.services.gateway import Gateway
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
+from app.services.probes import RemoteChecks
 from app.services.remote_uploads import RemoteUploadSweep
 from app.services.replicas import ReplicaKeeper
-from app.services.staging import StagingRunner
+from app.services.staging import CeleryStagingExecutor, EmbeddedStagingExecutor, StagingParts, StagingService
 from app.services.tenancy import Tenancy
 from app.services.upload_expiry import UploadExpiry
 
@@ -73,6 +74,7 @@ class AdminParts:
     journal: JournalQueries
     stats: CatalogStats
     durability: Durability
+    remote_checks: RemoteChecks
 
 
 @dataclass
@@ -99,7 +101,7 @@ class Container:
     policy_repo: PolicyRepo
     policies: PolicyBook
     cache: ReadCache
-    staging: StagingRunner  # the admin API's warm-up jobs
+    staging: StagingService  # the admin API's warm-up jobs
     upload_expiry: UploadExpiry
     admin: AdminParts
     chore_parts: ChoreParts  # what every chore runs on (in-process or in a Celery worker)
@@ -184,14 +186,26 @@ def chore_intervals(settings: Settings) -> Intervals:
                      resend=RESEND_AFTER if settings.broker_url else 0.0)
 
 
+def make_staging(settings: Settings, repo: StagingRepo, remote: RemoteRouter, gateway: Gateway) -> StagingService:
+    """Warm-up jobs run in this process in embedded mode, in the node's Celery worker in fleet mode."""
+    parts = StagingParts(repo, remote, gateway.warm_object, settings.node_id)
+    if settings.broker_url:
+        from app.taskqueue import staging_sender  # imports Celery only in fleet mode
+
+        return StagingService(parts, CeleryStagingExecutor(staging_sender()))
+    return StagingService(parts, EmbeddedStagingExecutor(parts))
+
+
 def make_chores(settings: Settings, journal: Journal, cache: ReadCache, expiry: UploadExpiry,
                 executor: EmbeddedExecutor | CeleryExecutor,
                 replicas: ReplicaKeeper | None = None,
-                remote_uploads: RemoteUploadSweep | None = None) -> tuple[ChoreParts, ChoreLoop]:
+                remote_uploads: RemoteUploadSweep | None = None,
+                staging: StagingParts | None = None) -> tuple[ChoreParts, ChoreLoop]:
     """Every chore in this process in embedded mode; in fleet mode the node's Celery worker runs
     the node and shared chores from its beat, and this process only its own (access times)."""
     parts = ChoreParts(journal, cache, expiry, executor.submit, chore_intervals(settings),
-                       sweep_node=sweep_node(settings), replicas=replicas, remote_uploads=remote_uploads)
+                       sweep_node=sweep_node(settings), replicas=replicas, remote_uploads=remote_uploads,
+                       staging=staging)
     scopes: tuple[Scope, ...] = ("process",) if settings.broker_url else ("node", "shared", "process")
     return parts, ChoreLoop(parts, scopes)
 
@@ -258,7 +272,8 @@ def make_admin_parts(settings: Settings, engine: Engine, staging: StagingRepo, j
     return AdminParts(tokens=TokenRepo(engine), owners=OwnerRepo(engine, BOOTSTRAP_TENANT), tenants=TenantRepo(engine),
                       remotes=RemoteRepo(engine), staging=staging, cache_usage=CacheUsageQueries(engine),
                       journal=JournalQueries(engine), stats=CatalogStats(engine, settings.node_id),
-                      durability=Durability(journal, executor))
+                      durability=Durability(journal, executor),
+                      remote_checks=RemoteChecks(remote_config(settings)))
 
 
 def make_replicas(settings: Settings, engine: Engine, blobs: BlobStore,
@@ -297,12 +312,12 @@ def build(settings: Settings) -> Container:
                       if fleet else None)
     ensure_bootstrap_key(catalog, settings)
     staging_repo = StagingRepo(engine)
-    staging = StagingRunner(staging_repo, remote, gateway.warm_object, settings.node_id)
+    staging = make_staging(settings, staging_repo, remote, gateway)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
     replicas = make_replicas(settings, engine, blobs, executor)
     leaked = RemoteUploadSweep(OwnedRemoteUploads(engine), remote, settings.remote_upload_sweep_interval,
                                settings.remote_upload_grace)
-    chore_parts, chores = make_chores(settings, journal, cache, expiry, executor, replicas, leaked)
+    chore_parts, chores = make_chores(settings, journal, cache, expiry, executor, replicas, leaked, staging.parts)
     return Container(settings, catalog, blobs, remote, journal, destager, executor, gateway,
                      policy_repo=policy_repo, policies=policies, staging=staging, cache=cache,
                      upload_expiry=expiry, replicas=replicas, remote_uploads=leaked,

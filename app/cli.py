@@ -1,4 +1,4 @@
-"""``ferry`` command line: serve, db upgrade, version; admin commands from app/cli_admin.py."""
+"""``ferry`` command line: serve, db upgrade, version; admin commands from app/cli_admin/."""
 
 from __future__ import annotations
 
@@ -304,7 +304,7 @@ def doctor(
     raise typer.Exit(0 if ok else 1)
 
 
-# Admin commands (tenants, keys, policies, stage, flush, evict, status): app/cli_admin.py
+# Admin commands (tenants, keys, policies, stage, flush, evict, status): app/cli_admin/
 from app.cli_admin import register as _register_admin  # noqa: E402
 
 _register_admin(cli)

@@ -103,3 +103,13 @@ def destage_sender() -> Callable[[int], None]:
         app.send_task("ferry.destage", args=[seq])
 
     return send
+
+
+def staging_sender() -> Callable[[str], None]:
+    """Send one staging job to this node's queue: its blocks land in this node's data directory."""
+    app = celery_app()
+
+    def send(job_id: str) -> None:
+        app.send_task("ferry.staging", args=[job_id])
+
+    return send

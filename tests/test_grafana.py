@@ -1,6 +1,6 @@
 """The Grafana dashboard and the example alerts only use metrics (and labels) Ferry exposes.
 
-The names come from the code itself: every prometheus_client metric of app/metrics.py and the
+The names come from the code itself: every prometheus_client metric of app/metrics/ and the
 families the catalog collector emits (described without a database). A renamed metric breaks here,
 not silently in an operator's dashboard.
 """

@@ -11,14 +11,17 @@ node chores to its own queue and the shared ones to ``ferry.shared`` (``app/task
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import threading
 from functools import lru_cache
 from typing import Any
 
 from app.bootstrap import Container, build
 from app.config import get_settings
 from app.services.chores import CHORES, Chore, run_chore
+from app.services.staging import run_staging_job
 from workers.celery_app import app
 
 log = logging.getLogger("ferry.tasks")
@@ -32,6 +35,21 @@ def container() -> Container:
 @app.task(name="ferry.destage", acks_late=True, ignore_result=True)
 def destage(seq: int) -> str:
     return container().destager.destage(seq)
+
+
+@lru_cache(maxsize=1)
+def _loop() -> asyncio.AbstractEventLoop:
+    """One event loop per worker process, in its own thread, for the async task functions: the
+    read cache's fills and locks belong to one loop, which every staging job shares."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="ferry-async", daemon=True).start()
+    return loop
+
+
+@app.task(name="ferry.staging", acks_late=True, ignore_result=True)
+def staging(job_id: str) -> str:
+    """A warm-up job (``app/services/staging.run_staging_job``), as in embedded mode."""
+    return asyncio.run_coroutine_threadsafe(run_staging_job(job_id, container().staging.parts), _loop()).result()
 
 
 @lru_cache(maxsize=1)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import secrets
 import shutil
@@ -27,18 +26,6 @@ from pathlib import Path
 from app.adapters.blockformat import DATA_OFFSET, BlockHeader, crc32, parse
 
 LOCK_SPACE = 1 << 40
-
-
-def block_name(bucket: str, key: str, etag: str, index: int, block_size: int) -> str:
-    """The block size is part of the name: after a change of FERRY_CACHE_BLOCK_BYTES an old
-    entry's blocks can never be read at the new block boundaries."""
-    material = "\0".join((bucket, key, etag, str(block_size), str(index))).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(material).hexdigest()
-
-
-def meta_lock_name(bucket: str, key: str) -> str:
-    """The lock taken while discovering an object's current version (one discovery at a time)."""
-    return hashlib.sha256(("meta\0" + bucket + "\0" + key).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def file_crc(fd: int, length: int, chunk: int = 1 << 20) -> int:

@@ -11,11 +11,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import Field, StringConstraints
 
-from app.adapters.catalog.policies import PolicyRepo
 from app.admin.auth import Authenticator
 from app.admin.common import BUCKET_PATTERN, ByteCount, Model, Out, Prefix, run
 from app.bootstrap import Container
-from app.domain.policy import Policy, PolicyRule, resolve
+from app.domain.policy import PolicyRule
 
 POLICY_BUCKET_PATTERN = r"^(\*|[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])$"
 PolicyBucket = Annotated[str, StringConstraints(pattern=POLICY_BUCKET_PATTERN)]
@@ -80,48 +79,37 @@ class EffectiveOut(Out):
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    repo: PolicyRepo = container.policy_repo
     book = container.policies
-    defaults: Policy = book.defaults
     api = APIRouter(prefix="/admin/policies", tags=["policies"])
 
-    def changed() -> None:
-        book.invalidate()
-
-    async def save(rule: PolicyRule) -> PolicyRule:
+    async def save(rule: PolicyRule) -> tuple[PolicyRule, bool]:
         try:
-            saved = await run(repo.upsert, rule)
+            return await run(book.save, rule)
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from exc
-        changed()
-        return saved
 
     @api.get("", response_model=list[PolicyOut], dependencies=auth.read())
     async def list_policies() -> list[PolicyRule]:
-        return await run(repo.list)
+        return await run(book.stored)
 
     @api.post("", response_model=PolicyOut, dependencies=auth.write(),
               responses={201: {"model": PolicyOut, "description": "Created"}})
     async def set_policy(body: PolicyIn, response: Response) -> PolicyRule:
         """Create the rule for (bucket, prefix), or replace its settings (200). Applies without restart."""
-        existing = {(r.bucket, r.prefix) for r in await run(repo.list)}
-        rule = await save(PolicyRule(**body.model_dump()))
-        response.status_code = 200 if (body.bucket, body.prefix) in existing else 201
+        rule, created = await save(PolicyRule(**body.model_dump()))
+        response.status_code = 201 if created else 200
         return rule
 
     @api.get("/effective", response_model=EffectiveOut, dependencies=auth.read())
     async def effective(bucket: BucketQuery, key: KeyQuery = "") -> EffectiveOut:
         """The policy a request for ``bucket/key`` gets now, and the rules it was resolved from."""
-        rules = await run(repo.list)
-        policy = resolve(defaults, rules, bucket, key)
-        matching = sorted((r for r in rules if r.bucket in ("*", bucket) and key.startswith(r.prefix)),
-                          key=lambda r: (r.bucket != "*", len(r.prefix)))
+        policy, matching = await run(book.effective, bucket, key)
         return EffectiveOut(bucket=bucket, key=key, policy=EffectivePolicy.model_validate(policy),
                             rules=[PolicyOut.model_validate(r) for r in matching])
 
     @api.get("/{policy_id}", response_model=PolicyOut, dependencies=auth.read())
     async def get_policy(policy_id: PolicyIdPath) -> PolicyRule:
-        rule = await run(repo.get, policy_id)
+        rule = await run(book.get, policy_id)
         if rule is None:
             raise HTTPException(404, f"no policy with id {policy_id}")
         return rule
@@ -129,16 +117,15 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     @api.put("/{policy_id}", response_model=PolicyOut, dependencies=auth.write())
     async def replace_policy(policy_id: PolicyIdPath, body: PolicySettings) -> PolicyRule:
         """Replace a rule's settings (its bucket and prefix stay; create another rule to move it)."""
-        rule = await run(repo.get, policy_id)
+        rule = await run(book.get, policy_id)
         if rule is None:
             raise HTTPException(404, f"no policy with id {policy_id}")
-        return await save(PolicyRule(bucket=rule.bucket, prefix=rule.prefix, **body.model_dump()))
+        return (await save(PolicyRule(bucket=rule.bucket, prefix=rule.prefix, **body.model_dump())))[0]
 
     @api.delete("/{policy_id}", status_code=204, dependencies=auth.write())
     async def delete_policy(policy_id: PolicyIdPath) -> Response:
-        if not await run(repo.delete, policy_id):
+        if not await run(book.delete, policy_id):
             raise HTTPException(404, f"no policy with id {policy_id}")
-        changed()
         return Response(status_code=204)
 
     return api

@@ -7,20 +7,18 @@ FERRY_REMOTE_REFRESH_SECONDS (this one at once), so a mapping or a rotated key n
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import AfterValidator, Field, StringConstraints
 
-from app.adapters.catalog.remotes import MappingInfo, RemoteInfo
-from app.adapters.remote import RemoteConfig
+from app.adapters.catalog.remotes import MappingInfo, RemoteInfo, RemoteRepo
 from app.admin.auth import Authenticator
 from app.admin.common import BUCKET_PATTERN, BucketName, Model, Name, Out, Text, run
-from app.bootstrap import Container, remote_config
-from app.services.probes import check_remote
-
-CHECK_TIMEOUT = 5.0
+from app.bootstrap import Container
+from app.services.probes import CheckResult
 
 
 def _endpoint(value: str) -> str:
@@ -118,14 +116,14 @@ def _out(info: RemoteInfo) -> RemoteOut:
                      created_at=info.created_at)
 
 
-async def _check(cfg: RemoteConfig, bucket: str | None) -> CheckOut:
-    result = await check_remote(cfg, bucket, CHECK_TIMEOUT)
+def _check_out(result: CheckResult, endpoint: str | None) -> CheckOut:
     return CheckOut(ok=result.ok, latency_ms=result.latency_ms, error=None if result.ok else result.detail,
-                    detail=result.detail if result.ok else None, endpoint=cfg.endpoint)
+                    detail=result.detail if result.ok else None, endpoint=endpoint)
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
     repo = container.admin.remotes
+    checks = container.admin.remote_checks
     settings = container.settings
     api = APIRouter(prefix="/admin", tags=["remotes"])
 
@@ -136,10 +134,10 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     @api.get("/remote", response_model=DefaultRemoteOut, dependencies=auth.read())
     async def default_remote(bucket: BucketQuery = None) -> DefaultRemoteOut:
         """The remote from settings (every unmapped bucket's), with a live check."""
-        cfg = remote_config(settings)
+        cfg = checks.default
         return DefaultRemoteOut(endpoint=cfg.endpoint, region=cfg.region, addressing_style=cfg.addressing_style,
                                 access_key=cfg.access_key, profile=settings.remote_profile,
-                                check=await _check(cfg, bucket))
+                                check=_check_out(await checks.check_default(bucket), cfg.endpoint))
 
     @api.get("/remotes", response_model=list[RemoteOut], dependencies=auth.read())
     async def list_remotes() -> list[RemoteOut]:
@@ -176,11 +174,14 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     async def check(remote_id: RemoteIdPath, bucket: BucketQuery = None) -> CheckOut:
         """Connectivity check: ListBuckets, or HeadBucket of ``bucket``, bounded to a few seconds."""
         info = await run(repo.get, remote_id)
-        cfg = RemoteConfig(endpoint=info.endpoint, region=info.region, access_key=info.access_key,
-                           secret_key=info.secret_key, addressing_style=info.addressing_style,
-                           verify_tls=info.verify_tls, connect_timeout=CHECK_TIMEOUT, read_timeout=CHECK_TIMEOUT)
-        return await _check(cfg, bucket)
+        return _check_out(await checks.check_registered(info, bucket), info.endpoint)
 
+    _mapping_routes(api, repo, changed, auth)
+    return api
+
+
+def _mapping_routes(api: APIRouter, repo: RemoteRepo, changed: Callable[[], Awaitable[None]],
+                    auth: Authenticator) -> None:
     @api.get("/bucket-mappings", response_model=list[MappingOut], dependencies=auth.read())
     async def list_mappings() -> list[MappingInfo]:
         """Buckets served from a registered remote (the others from the default remote)."""
@@ -204,5 +205,3 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         await run(repo.delete_mapping, bucket)
         await changed()
         return Response(status_code=204)
-
-    return api

@@ -7,10 +7,10 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
 
-from app.adapters.catalog.staging import JobInfo
 from app.admin.auth import Authenticator
 from app.admin.common import BucketName, Model, Name, Out, Prefix, run
 from app.bootstrap import Container
+from app.domain.staging import JobInfo
 
 JobIdPath = Annotated[str, Path(max_length=32, pattern=r"^[A-Za-z0-9]+$")]
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]

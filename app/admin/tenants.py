@@ -6,12 +6,13 @@ key's secret for a few seconds, so a disabled key or tenant stops working within
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from app.adapters.catalog.tenants import KeyInfo, TenantInfo
+from app.adapters.catalog.tenants import KeyInfo, TenantInfo, TenantRepo
 from app.admin.auth import Authenticator
 from app.admin.common import ACCESS_KEY_PATTERN, NAME_PATTERN, AccessKey, ByteCount, Model, Name, Out, run
 from app.bootstrap import Container
@@ -58,13 +59,14 @@ class KeySecretOut(KeyOut):
 
 
 def router(container: Container, auth: Authenticator) -> APIRouter:
-    repo = container.admin.tenants
-    catalog = container.catalog
     api = APIRouter(prefix="/admin", tags=["tenants"])
+    changed = container.catalog.forget_secrets  # a changed key or tenant is seen at its next request
+    _tenant_routes(api, container.admin.tenants, changed, auth)
+    _key_routes(api, container.admin.tenants, changed, auth)
+    return api
 
-    def changed() -> None:
-        catalog.forget_secrets()
 
+def _tenant_routes(api: APIRouter, repo: TenantRepo, changed: Callable[[], None], auth: Authenticator) -> None:
     @api.get("/tenants", response_model=list[TenantOut], dependencies=auth.read())
     async def list_tenants() -> list[TenantInfo]:
         return await run(repo.list)
@@ -110,6 +112,8 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         changed()
         return KeySecretOut(**KeyOut.model_validate(info).model_dump(), secret_key=secret)
 
+
+def _key_routes(api: APIRouter, repo: TenantRepo, changed: Callable[[], None], auth: Authenticator) -> None:
     @api.get("/keys", response_model=list[KeyOut], dependencies=auth.read())
     async def list_keys(tenant: TenantFilter = None) -> list[KeyInfo]:
         """Every access key (no secrets), optionally of one tenant."""
@@ -137,5 +141,3 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         info = await run(repo.set_key_disabled, access_key, False)
         changed()
         return info
-
-    return api

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from app.adapters.blobstore import StagingFile
 from app.domain.checksums import BodyDigests
 from app.domain.objects import (
     FileSegment,
     ObjectMeta,
 )
 from app.domain.ranges import ByteRange
+from app.services.ports import StagedBody
 
 WRITE_CHUNK = 4 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
@@ -82,7 +82,7 @@ class ObjectRead:
 
 @dataclass
 class ReceivedBody:
-    staging: StagingFile
+    staging: StagedBody
     digests: BodyDigests
     checksums: dict[str, str]
 

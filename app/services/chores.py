@@ -31,6 +31,8 @@ from typing import Literal, Protocol
 
 import anyio.to_thread
 
+from app.services.staging import StagingParts, recover_stale
+
 log = logging.getLogger("ferry.chores")
 
 Scope = Literal["node", "shared", "process"]
@@ -82,6 +84,7 @@ class Intervals:
     orphans: float = 86400.0  # the orphan sweep walks every block file: daily ...
     orphans_first: float = 60.0  # ... and a minute after start
     touches: float = 1.0  # access times buffered in each serving process
+    staging_recovery: float = 10.0  # running staging jobs whose heartbeat stopped (staging.STALE_AFTER)
     remote_uploads: float = 3600.0  # FERRY_REMOTE_UPLOAD_SWEEP_INTERVAL: remote uploads nothing owns
     # A row the sweep handed to Celery is not sent again for this long (the in-process queue drops
     # duplicates itself: 0). Without it, a backlog grew by every sweep faster than workers drained it.
@@ -106,6 +109,7 @@ class ChoreParts:
     sweep_node: str | None = None  # None: every row (a catalog that only this data dir uses)
     replicas: Sweep | None = None  # fleet: take over lost nodes' writes this node holds copies of
     remote_uploads: RemoteUploads | None = None  # remote multipart uploads no catalog row owns
+    staging: StagingParts | None = None  # warm-up jobs: those whose runner stopped are failed
     _running: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
 
 
@@ -163,6 +167,9 @@ CHORES: tuple[Chore, ...] = (
           lambda i: i.remote_uploads),
     Chore("compact", "shared", _compact,
           lambda i: compaction_interval(i.retention, i.sweep) if i.retention else 0.0, lambda i: 0.0),
+    # The jobs it judges are this node's (its serving process or its worker ran them).
+    Chore("staging-recovery", "node", lambda p: recover_stale(p.staging) if p.staging else 0,
+          lambda i: i.staging_recovery),
     Chore("cache-touches", "process", lambda p: p.cache.flush_touches(), lambda i: i.touches),
 )
 BY_NAME = {chore.name: chore for chore in CHORES}

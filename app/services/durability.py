@@ -6,11 +6,25 @@ import asyncio
 import functools
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio.to_thread
 
-from app.adapters.catalog.journal import Journal, VersionRow
+from app.domain.versions import VersionRow
 from app.services.executor import EmbeddedExecutor, Executor
+
+
+class JournalFlush(Protocol):
+    """What the flush barrier and the per-key report read of the journal."""
+
+    node_id: str | None
+
+    def max_seq(self) -> int: ...
+    def retry_now(self, bucket: str | None = None, prefix: str = "", include_failed: bool = True) -> int: ...
+    def pending_count(self, bucket: str | None, prefix: str, upto_seq: int) -> dict[str, int]: ...
+    def due(self, limit: int = ..., now: float | None = ..., node_id: str | None = ...,
+            resend_after: float = ...) -> list[int]: ...
+    def versions(self, bucket: str, prefix: str = "", limit: int = 1000) -> list[VersionRow]: ...
 
 
 @dataclass
@@ -23,7 +37,7 @@ class FlushResult:
 
 
 class Durability:
-    def __init__(self, journal: Journal, executor: Executor) -> None:
+    def __init__(self, journal: JournalFlush, executor: Executor) -> None:
         self.journal = journal
         self.executor = executor
 

@@ -15,8 +15,7 @@ from typing import Protocol
 import anyio
 import anyio.to_thread
 
-from app.adapters.catalog.journal import Journal
-from app.services.chores import sweep_journal
+from app.services.chores import JournalChores, sweep_journal
 from app.services.destage import Destager
 
 log = logging.getLogger("ferry.executor")
@@ -29,7 +28,7 @@ class Executor(Protocol):
 class EmbeddedExecutor:
     """An asyncio queue drained by worker coroutines that run ``Destager.destage`` in threads."""
 
-    def __init__(self, destager: Destager, journal: Journal, *, workers: int = 4,
+    def __init__(self, destager: Destager, journal: JournalChores, *, workers: int = 4,
                  node_id: str | None = None) -> None:
         self.destager = destager
         self.journal = journal

@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
 
-from app.adapters.catalog.policies import PolicyRepo
 from app.domain.policy import Policy, PolicyRule, resolve
 
 
+class PolicyRules(Protocol):
+    """The catalog's policy rules (``adapters/catalog/policies.PolicyRepo``) and their version."""
+
+    def version(self) -> tuple[int, float]: ...
+    def list(self) -> list[PolicyRule]: ...
+    def get(self, rule_id: int) -> PolicyRule | None: ...
+    def upsert(self, rule: PolicyRule) -> PolicyRule: ...
+    def delete(self, rule_id: int) -> bool: ...
+
+
 class PolicyBook:
-    def __init__(self, repo: PolicyRepo, defaults: Policy, *, refresh_seconds: float = 1.0) -> None:
+    def __init__(self, repo: PolicyRules, defaults: Policy, *, refresh_seconds: float = 1.0) -> None:
         self.repo = repo
         self.defaults = defaults
         self.refresh_seconds = refresh_seconds
@@ -42,6 +52,35 @@ class PolicyBook:
 
     def for_key(self, bucket: str, key: str) -> Policy:
         return resolve(self.defaults, self.rules(), bucket, key)
+
+    # ---- changes (the admin API): the catalog first, then this process re-reads at once ----------
+    def stored(self) -> list[PolicyRule]:
+        """The rules as the catalog has them now (not this process's copy)."""
+        return self.repo.list()
+
+    def get(self, rule_id: int) -> PolicyRule | None:
+        return self.repo.get(rule_id)
+
+    def save(self, rule: PolicyRule) -> tuple[PolicyRule, bool]:
+        """Create the rule for (bucket, prefix), or replace its settings; True when it is new.
+        Raises ``ValueError`` for a rule that does not validate."""
+        existing = {(r.bucket, r.prefix) for r in self.repo.list()}
+        saved = self.repo.upsert(rule)
+        self.invalidate()
+        return saved, (rule.bucket, rule.prefix) not in existing
+
+    def delete(self, rule_id: int) -> bool:
+        removed = self.repo.delete(rule_id)
+        if removed:
+            self.invalidate()
+        return removed
+
+    def effective(self, bucket: str, key: str) -> tuple[Policy, list[PolicyRule]]:
+        """The policy ``bucket/key`` gets now, and the rules that match it in the order applied."""
+        rules = self.repo.list()
+        matching = sorted((r for r in rules if r.bucket in ("*", bucket) and key.startswith(r.prefix)),
+                          key=lambda r: (r.bucket != "*", len(r.prefix)))
+        return resolve(self.defaults, rules, bucket, key), matching
 
     def for_bucket(self, bucket: str) -> Policy:
         """The bucket-level policy (prefix ``""``): what bucket-wide operations follow."""

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -86,6 +86,37 @@ async def check_remote(cfg: RemoteConfig, bucket: str | None = None, timeout: fl
         return f"ListBuckets: {len(store.list_buckets())} bucket(s)"
 
     return await bounded(call, timeout)
+
+
+class RegisteredRemote(Protocol):
+    """What a check needs of a registered remote (``adapters/catalog/remotes.RemoteInfo``)."""
+
+    endpoint: str | None
+    region: str
+    access_key: str | None
+    secret_key: str | None
+    addressing_style: str
+    verify_tls: bool
+
+
+@dataclass(frozen=True)
+class RemoteChecks:
+    """The admin API's remote checks: the default remote (from settings, given by the composition
+    root) and any registered one, each bounded to ``timeout`` seconds."""
+
+    default: RemoteConfig
+    timeout: float = 5.0
+
+    async def check_default(self, bucket: str | None = None) -> CheckResult:
+        return await check_remote(self.default, bucket, self.timeout)
+
+    def config_of(self, info: RegisteredRemote) -> RemoteConfig:
+        return RemoteConfig(endpoint=info.endpoint, region=info.region, access_key=info.access_key,
+                            secret_key=info.secret_key, addressing_style=info.addressing_style,
+                            verify_tls=info.verify_tls, connect_timeout=self.timeout, read_timeout=self.timeout)
+
+    async def check_registered(self, info: RegisteredRemote, bucket: str | None = None) -> CheckResult:
+        return await check_remote(self.config_of(info), bucket, self.timeout)
 
 
 async def check_catalog(engine: Engine, timeout: float = 5.0) -> CheckResult:

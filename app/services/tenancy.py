@@ -21,8 +21,8 @@ from typing import Protocol
 
 import anyio.to_thread
 
-from app.adapters.catalog.owners import OwnerMap, OwnerRepo
 from app.domain.errors import S3Error
+from app.domain.owners import OwnerMap
 
 LIST_MAX_AGE = 0.5  # ListBuckets (which waits on the remote anyway) reads a mapping at most this old
 
@@ -33,8 +33,17 @@ class BucketProbe(Protocol):
     def head_bucket(self, bucket: str) -> None: ...
 
 
+class Owners(Protocol):
+    """The owners' table (``adapters/catalog/owners.OwnerRepo``)."""
+
+    def snapshot(self) -> OwnerMap: ...
+    def owner(self, bucket: str) -> tuple[int | None, bool]: ...
+    def claim(self, bucket: str, tenant_id: int) -> int: ...
+    def release(self, bucket: str) -> None: ...
+
+
 class Tenancy:
-    def __init__(self, repo: OwnerRepo, remote: BucketProbe, *, shared: bool = False,
+    def __init__(self, repo: Owners, remote: BucketProbe, *, shared: bool = False,
                  refresh_seconds: float = 2.0) -> None:
         self.repo = repo
         self.remote = remote

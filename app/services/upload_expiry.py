@@ -13,20 +13,31 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
-from app.adapters.blobstore import BlobStore
-from app.adapters.catalog.repo import Catalog, UploadNotOpen
-from app.services.ports import RemotePort
+from app.domain.objects import UploadInfo
+from app.domain.uploads import UploadNotOpen
+from app.services.ports import BlobPort, RemotePort
 
 log = logging.getLogger("ferry.uploads")
 
 COMPLETED_RETENTION = 24 * 3600.0  # how long a repeated Complete still gets the committed answer
 
 
+class ExpiringUploads(Protocol):
+    """What expiry needs of the catalog's uploads (``adapters/catalog/repo.Catalog``)."""
+
+    def expired_uploads(self, initiated_before: datetime) -> list[str]: ...
+    def get_upload(self, upload_id: str) -> tuple[UploadInfo, dict[str, object]] | None: ...
+    def abort_upload(self, upload_id: str) -> tuple[list[str], str | None]: ...
+    def forget_completed(self, completed_before: datetime) -> int: ...
+    def forget_key_claims(self, done_before: float) -> int: ...
+
+
 @dataclass(slots=True)
 class UploadExpiry:
-    catalog: Catalog
-    blobs: BlobStore
+    catalog: ExpiringUploads
+    blobs: BlobPort
     remote: RemotePort
     max_age: float
     retention: float = COMPLETED_RETENTION

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from app.adapters.blockformat import DATA_OFFSET
-from app.adapters.cachestore import block_name
+from app.domain.cache import block_name
 from tests.support.counting_proxy import CountingProxy
 from tests.support.gateway import GatewayProcess
 

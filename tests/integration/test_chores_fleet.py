@@ -87,3 +87,52 @@ def test_node_chores_run_on_the_nodes_worker_and_shared_chores_on_the_shared_que
             for node in (node_a, node_b):
                 for redis_key in r.scan_iter(match=f"*{node}*"):
                     r.delete(redis_key)
+
+
+@pytest.mark.slow  # two worker starts (~75 s here on a shared machine)
+def test_a_staging_job_runs_in_the_nodes_worker_and_waits_for_it_while_it_is_down(
+        seaweed: Any, tmp_path: Path, fresh_postgres_url: str, redis_url: str) -> None:
+    """Fleet mode: POST /admin/staging hands the job to the node's Celery worker (``ferry.staging``
+    on the node's queue), which warms the prefix into the node's data directory, with progress in
+    the row as in embedded mode. A job posted while the worker is down stays queued in the broker
+    and runs once the worker is back."""
+    import redis
+
+    node = f"stg-{uuid.uuid4().hex[:8]}"
+    env = {"FERRY_DATABASE_URL": fresh_postgres_url, "FERRY_BROKER_URL": redis_url, "FERRY_NODE_ID": node}
+    bucket = seaweed.create_bucket(f"stage-{uuid.uuid4().hex[:8]}")
+    remote = seaweed.client()
+    for i in range(6):
+        remote.put_object(Bucket=bucket, Key=f"data/{i}", Body=bytes([i]) * 3000)
+    try:
+        with GatewayProcess(seaweed, tmp_path / "a", env=env) as gw:
+            api = httpx.Client(base_url=gw.endpoint, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+            worker = CeleryWorker(gw).start()
+            try:
+                job = api.post("/admin/staging", json={"bucket": bucket, "prefix": "data/"}).json()
+                done: dict[str, Any] = {}
+                _wait(lambda: done.update(api.get(f"/admin/staging/{job['id']}").json()) or  # type: ignore[func-returns-value]
+                      done["state"] not in ("queued", "running"), "the staging job to finish")
+                assert done["state"] == "done", done
+                assert (done["objects_done"], done["bytes_done"], done["objects_skipped"]) == (6, 6 * 3000, 0)
+                assert _blocks(gw.data_dir), "the worker warmed nothing into the node's data directory"
+                _wait(lambda: "ferry.staging[" in worker.log_text(), "the worker's log of the job")
+
+                worker.stop()
+                remote.put_object(Bucket=bucket, Key="data/late", Body=b"late" * 100)
+                late = api.post("/admin/staging", json={"bucket": bucket, "prefix": "data/"}).json()
+                time.sleep(1.0)
+                assert api.get(f"/admin/staging/{late['id']}").json()["state"] == "queued"
+                worker.start()
+                _wait(lambda: api.get(f"/admin/staging/{late['id']}").json()["state"] == "done",
+                      "the queued job to run once the worker is back")
+                after = api.get(f"/admin/staging/{late['id']}").json()
+                assert (after["objects_done"], after["objects_skipped"]) == (7, 6), after
+            finally:
+                worker.stop()
+                api.close()
+    finally:
+        remote.close()
+        with contextlib.suppress(redis.RedisError), redis.Redis.from_url(redis_url) as r:
+            for redis_key in r.scan_iter(match=f"*{node}*"):
+                r.delete(redis_key)

@@ -149,7 +149,7 @@ def referenced_blobs(database_url: str, node_id: str) -> set[str]:
 
 def unaccounted_blocks(database_url: str, node_id: str, data_dir: Path) -> list[Path]:
     """Cache block files that no ready entry of the node names."""
-    from app.adapters.cachestore import block_name
+    from app.domain.cache import block_name
 
     engine = create_engine(database_url)
     try:

@@ -15,10 +15,11 @@ from sqlalchemy import Engine
 
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
-from app.adapters.catalog.owners import OwnerMap, OwnerRepo
+from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.tenants import TenantRepo
 from app.domain.errors import S3Error
+from app.domain.owners import OwnerMap
 from app.services.tenancy import Tenancy
 from tests.fakes.remote import InMemoryRemote
 

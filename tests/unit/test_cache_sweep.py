@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.cachestore import CacheStore, block_name
+from app.adapters.cachestore import CacheStore
 from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.policies import PolicyRepo
+from app.domain.cache import block_name
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
 from app.services.budget import DiskReserve

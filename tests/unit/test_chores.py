@@ -18,7 +18,7 @@ from pathlib import Path
 
 from app.adapters.blobstore import BlobStore
 from app.adapters.blockformat import DATA_OFFSET
-from app.adapters.cachestore import CacheStore, block_name
+from app.adapters.cachestore import CacheStore
 from app.adapters.catalog.cache_index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
@@ -27,6 +27,7 @@ from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.repo import Catalog
 from app.bootstrap import make_chores
 from app.config import Settings
+from app.domain.cache import block_name
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
 from app.services.budget import DiskReserve
@@ -195,7 +196,8 @@ def test_fleet_mode_routes_node_chores_to_the_node_and_shared_ones_to_the_shared
                       "ferry.cache-janitor": "ferry.n-1", "ferry.cache-eviction": "ferry.n-1",
                       "ferry.cache-orphans": "ferry.n-1", "ferry.cache-scrub": "ferry.n-1",
                       "ferry.cache-revalidation": "ferry.n-1", "ferry.compact": SHARED_QUEUE,
-                      "ferry.remote-uploads": SHARED_QUEUE}
+                      "ferry.remote-uploads": SHARED_QUEUE,
+                      "ferry.staging-recovery": "ferry.n-1"}
     assert schedule["ferry-compact"]["schedule"] == 6.0  # a tenth of the retention
     no_history = beat_schedule(settings.model_copy(update={"journal_retention_seconds": 0,
                                                            "cache_revalidate_interval": 0}))
@@ -208,7 +210,8 @@ def test_the_serving_process_runs_only_its_own_chores_in_fleet_mode(tmp_path: Pa
     fleet = Settings(data_dir=tmp_path, broker_url="redis://127.0.0.1:6379/15", node_id="n-1")
     for settings, names in ((embedded, {"sweep", "replica-takeover", "upload-expiry", "cache-janitor",
                                         "cache-eviction", "cache-orphans",
-                                        "cache-scrub", "cache-revalidation", "compact", "remote-uploads", "cache-touches"}),
+                                        "cache-scrub", "cache-revalidation", "compact", "remote-uploads", "cache-touches",
+                                        "staging-recovery"}),
                             (fleet, {"cache-touches"})):
         _, loop = make_chores(settings, parts.journal, parts.cache, parts.upload_expiry,  # type: ignore[arg-type]
                               EmbeddedExecutor(None, None))  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from app import metrics
 from app.logs import REQUEST_ID, JsonFormatter, RequestIdFilter, RequestIdMiddleware, configure_logging
+from app.metrics import http_requests
 
 
 def sample(name: str, **labels: str) -> float:
@@ -34,7 +35,7 @@ def test_batched_observations_equal_one_by_one() -> None:
     values = [0.0, 0.001, 0.0010001, 0.01, 0.05, 0.1, 0.99, 1.0, 1.5, 30.0]
     for v in values:
         one.observe(v)
-    metrics._observe_all(many, values)
+    http_requests._observe_all(many, values)
     for le in ("0.001", "0.01", "0.1", "1.0", "+Inf"):
         assert registry.get_sample_value("many_seconds_bucket", {"le": le}) == \
             registry.get_sample_value("one_seconds_bucket", {"le": le}), le

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.cachestore import block_name
+from app.domain.cache import block_name
 from app.domain.conditions import Conditions
 from app.domain.errors import S3Error
 from app.services.budget import DiskReserve

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.cachestore import block_name, meta_lock_name
+from app.domain.cache import block_name, meta_lock_name
 from app.domain.errors import S3Error
 from app.domain.states import CacheState
 from app.services.cache import ReadCache

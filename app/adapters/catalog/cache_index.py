@@ -11,7 +11,6 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -22,37 +21,13 @@ from sqlalchemy.exc import IntegrityError
 
 from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.tables import CacheEntry, ObjectVersion, Tenant
+from app.domain.cache import Entry
 from app.domain.objects import ObjectMeta
 from app.domain.states import CACHE_ALLOWED, DIRTY, CacheState, IllegalTransition, check_move
 
 SHARED_NODE = "*"  # tombstones of writes: visible to every node's discoveries
 T = CacheEntry.__table__
 V = ObjectVersion.__table__
-
-
-@dataclass
-class Entry:
-    """A cached object version: its remote metadata and where its blocks are."""
-
-    id: int
-    bucket: str
-    key: str
-    etag: str
-    size: int
-    block_size: int
-    meta: ObjectMeta
-    tenant_id: int | None
-    state: CacheState
-    cached_bytes: int
-    validated_at: float
-    last_access: float
-
-    @property
-    def blocks(self) -> int:
-        return max(1, -(-self.size // self.block_size)) if self.size else 1
-
-    def block_length(self, index: int) -> int:
-        return max(0, min(self.block_size, self.size - index * self.block_size))
 
 
 def meta_to_json(meta: ObjectMeta) -> str:

@@ -15,6 +15,7 @@ from sqlalchemy.orm import sessionmaker
 
 from app.adapters.catalog.errors import NotFound
 from app.adapters.catalog.tables import BucketOwner, Tenant
+from app.domain.owners import OwnerMap
 
 
 @dataclass(frozen=True)
@@ -23,14 +24,6 @@ class OwnerInfo:
     tenant: str
     tenant_id: int
     created_at: float
-
-
-@dataclass(frozen=True)
-class OwnerMap:
-    """A snapshot of every explicit owner, plus the tenant that owns the buckets without one."""
-
-    owners: dict[str, int]
-    default_tenant: int | None
 
 
 class OwnerRepo:

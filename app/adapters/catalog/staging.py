@@ -1,59 +1,27 @@
 """Staging job rows: the durable record of a warm-up, which any process can read or cancel.
 
 The runner (app/services/staging.py) writes progress with a guarded update (``state = running``),
-so a cancel made through any process is seen by the runner at its next progress write.
+so a cancel made through any process is seen by the runner at its next progress write. Each write
+is also the runner's heartbeat: a running job whose heartbeat stopped lost its process.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import sessionmaker
 
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.tables import StagingJob
-
-ACTIVE = ("queued", "running")
-FINISHED = ("done", "failed", "cancelled")
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    id: str
-    bucket: str
-    prefix: str
-    node_id: str
-    tenant_id: int | None
-    state: str
-    objects_total: int
-    objects_done: int
-    objects_skipped: int
-    bytes_total: int
-    bytes_done: int
-    listing_done: bool
-    error: str | None
-    created_at: float
-    started_at: float | None
-    finished_at: float | None
+from app.domain.staging import ACTIVE, JobInfo, Progress
 
 
 def _info(r: StagingJob) -> JobInfo:
     return JobInfo(r.id, r.bucket, r.prefix, r.node_id, r.tenant_id, r.state, r.objects_total, r.objects_done,
                    r.objects_skipped, r.bytes_total, r.bytes_done, r.listing_done, r.error, r.created_at,
                    r.started_at, r.finished_at)
-
-
-@dataclass
-class Progress:
-    objects_total: int = 0
-    objects_done: int = 0
-    objects_skipped: int = 0
-    bytes_total: int = 0
-    bytes_done: int = 0
-    listing_done: bool = False
 
 
 class StagingRepo:
@@ -87,7 +55,7 @@ class StagingRepo:
     def mark_running(self, job_id: str) -> bool:
         with self.sessions.begin() as s:
             result = s.execute(update(StagingJob).where(StagingJob.id == job_id, StagingJob.state == "queued")
-                               .values(state="running", started_at=time.time()))
+                               .values(state="running", started_at=time.time(), heartbeat_at=time.time()))
             return result.rowcount == 1
 
     def save_progress(self, job_id: str, p: Progress) -> bool:
@@ -96,7 +64,8 @@ class StagingRepo:
             result = s.execute(update(StagingJob).where(StagingJob.id == job_id, StagingJob.state == "running")
                                .values(objects_total=p.objects_total, objects_done=p.objects_done,
                                        objects_skipped=p.objects_skipped, bytes_total=p.bytes_total,
-                                       bytes_done=p.bytes_done, listing_done=p.listing_done))
+                                       bytes_done=p.bytes_done, listing_done=p.listing_done,
+                                       heartbeat_at=time.time()))
             return result.rowcount == 1
 
     def finish(self, job_id: str, state: str, p: Progress, error: str | None = None) -> bool:
@@ -126,4 +95,14 @@ class StagingRepo:
                                                         StagingJob.created_at < created_before)
                                .values(state="failed", error="interrupted: the gateway restarted; start it again",
                                        finished_at=time.time()))
+            return int(result.rowcount or 0)
+
+    def fail_stale(self, node_id: str, heartbeat_before: float) -> int:
+        """Running jobs of this node whose runner stopped writing (killed): they cannot resume."""
+        beat = func.coalesce(StagingJob.heartbeat_at, StagingJob.started_at, StagingJob.created_at)
+        with self.sessions.begin() as s:
+            result = s.execute(update(StagingJob).where(StagingJob.node_id == node_id, StagingJob.state == "running",
+                                                        beat < heartbeat_before)
+                               .values(state="failed", error="interrupted: the process running it stopped; "
+                                                             "start it again", finished_at=time.time()))
             return int(result.rowcount or 0)

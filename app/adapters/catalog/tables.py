@@ -242,6 +242,7 @@ class StagingJob(Base):
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # the runner's last progress write
 
 
 class AdminToken(Base):

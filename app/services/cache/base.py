@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from app.adapters.cachestore import CacheStore, block_name
-from app.adapters.catalog.cache_index import CacheIndex, Entry
+from app.domain.cache import Entry, block_name
 from app.services.budget import DiskReserve
 from app.services.cache.scrub import Scrub
 from app.services.policies import PolicyBook
-from app.services.ports import BlockSource, RemotePort
+from app.services.ports import BlockSource, BlockStore, CacheIndex, RemotePort
 
 if TYPE_CHECKING:
     from app.services.cache.fill import Fill
@@ -40,7 +39,7 @@ class CacheBase:
     """The collaborators and state of one process's read cache. Every collaborator is required:
     the composition root (app/bootstrap.py) always has them, and tests pass real ones or fakes."""
 
-    def __init__(self, index: CacheIndex, store: CacheStore, remote: RemotePort, policies: PolicyBook, *,
+    def __init__(self, index: CacheIndex, store: BlockStore, remote: RemotePort, policies: PolicyBook, *,
                  source: BlockSource, disk: DiskReserve, dirty_bytes: Callable[[], int],
                  block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
                  revalidate_interval: float = 60.0) -> None:

@@ -10,8 +10,7 @@ import time
 from typing import BinaryIO
 
 from app import metrics
-from app.adapters.cachestore import meta_lock_name
-from app.adapters.catalog.cache_index import Entry
+from app.domain.cache import Entry, meta_lock_name
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy

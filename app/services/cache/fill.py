@@ -27,16 +27,15 @@ import anyio.to_thread
 
 from app import metrics
 from app.adapters.blockformat import DATA_OFFSET
-from app.adapters.cachestore import FillFile
-from app.adapters.catalog.cache_index import Entry
 from app.adapters.remote import read_available
+from app.domain.cache import Entry
 from app.domain.checksums import new_checksum, whole_object_checksum
 from app.domain.errors import S3Error
 from app.domain.objects import FileRange, ObjectMeta
 from app.domain.states import CacheState
 from app.services.cache.base import CacheBase
 from app.services.cache.recording import PendingEntry, Recording, row_id
-from app.services.ports import RemoteObjects
+from app.services.ports import BlockFill, RemoteObjects
 
 INLINE_READ = 256 * 1024
 SEND_CHUNK = 4 * 1024 * 1024
@@ -49,7 +48,7 @@ class Fill:
 
     name: str
     length: int
-    file: FillFile
+    file: BlockFill
     loop: asyncio.AbstractEventLoop
     read_fd: int = -1
     holds_last: bool = False  # the last byte waits for the fill's verdict (a checksum to check)

@@ -8,7 +8,7 @@ import logging
 import time
 
 from app import metrics
-from app.adapters.cachestore import block_name
+from app.domain.cache import block_name
 from app.services.cache.base import CacheBase
 
 log = logging.getLogger("ferry.cache")

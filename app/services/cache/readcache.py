@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import metrics
-from app.adapters.catalog.cache_index import Entry
+from app.domain.cache import Entry
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import FileSegment, ObjectMeta

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from app.adapters.catalog.cache_index import Entry
+from app.domain.cache import Entry
 from app.domain.objects import ObjectMeta
 from app.domain.states import CacheState
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from app import metrics
-from app.adapters.catalog.cache_index import Entry
+from app.domain.cache import Entry
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from app import metrics
-from app.adapters.cachestore import CacheStore
+from app.services.ports import BlockStore
 
 log = logging.getLogger("ferry.cache.scrub")
 
@@ -23,7 +23,7 @@ SCRUB_LOCK = "d" * 64  # one scrubbing process per data directory
 class Scrub:
     """Walks the 256 shard directories round-robin; remembers where it stopped."""
 
-    store: CacheStore
+    store: BlockStore
     shard: int = 0
     checked: int = 0
     dropped: int = 0

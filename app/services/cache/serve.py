@@ -14,7 +14,7 @@ from typing import Any
 
 from app import metrics
 from app.adapters.blockformat import DATA_OFFSET
-from app.adapters.catalog.cache_index import Entry
+from app.domain.cache import Entry
 from app.domain.errors import S3Error
 from app.domain.objects import FileRange, FileSegment
 from app.services.cache.base import LOCK_POLL, LOCK_POLL_MAX, CacheBase

@@ -1,0 +1,77 @@
+"""Client construction: one boto3 client per remote (thread-safe), its connection pool sized for
+parallel transfers, and its event hooks (raw metadata bytes, a raw ``Expires`` string)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.handlers import validate_ascii_metadata
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    endpoint: str | None
+    region: str
+    access_key: str | None
+    secret_key: str | None
+    addressing_style: str = "path"
+    max_connections: int = 64
+    connect_timeout: float = 5.0
+    read_timeout: float = 10.0
+    verify_tls: bool = True
+    max_attempts: int = 2
+    deadline: float = 15.0
+    circuit_failures: int = 1
+    circuit_cooldown: float = 5.0
+
+
+def make_client(cfg: RemoteConfig) -> Any:
+    """The boto3 S3 client of a remote, with Ferry's header hooks registered."""
+    config = Config(
+        region_name=cfg.region,
+        signature_version="s3v4",
+        s3={"addressing_style": cfg.addressing_style},
+        max_pool_connections=cfg.max_connections,
+        connect_timeout=cfg.connect_timeout,
+        read_timeout=cfg.read_timeout,
+        retries={"total_max_attempts": cfg.max_attempts, "mode": "standard"},
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+        tcp_keepalive=True,
+    )
+    session = boto3.session.Session()
+    client = session.client(
+        "s3",
+        endpoint_url=cfg.endpoint,
+        aws_access_key_id=cfg.access_key,
+        aws_secret_access_key=cfg.secret_key,
+        config=config,
+        verify=cfg.verify_tls,
+    )
+    _register_expires_passthrough(client)
+    return client
+
+
+def _register_expires_passthrough(client: Any) -> None:
+    """Let callers set a raw ``Expires`` header string (boto3 only accepts datetimes)."""
+
+    def pop_extra(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        extra = params.pop("FerryExtraHeaders", None)
+        if extra:
+            context["ferry_extra_headers"] = extra
+
+    def add_headers(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        extra = context.get("ferry_extra_headers")
+        if extra:
+            params["headers"].update(extra)
+
+    events = client.meta.events
+    # Metadata arrives as latin-1 strings of the client's raw bytes (UTF-8 included): they
+    # must reach the remote unchanged, so boto3's ASCII-only check is lifted.
+    for op in ("PutObject", "CopyObject", "CreateMultipartUpload"):
+        events.unregister(f"before-parameter-build.s3.{op}", validate_ascii_metadata)
+    events.register("provide-client-params.s3.*", pop_extra)
+    events.register("before-call.s3.*", add_headers)

@@ -1,0 +1,198 @@
+"""The remote's object operations, and its conditional-write probe (a mixin of ``RemoteStore``)."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+from app.adapters.remote.wire import (
+    _CHECKSUM_PARAM,
+    _meta_from_response,
+    object_params,
+    translate_errors,
+    wire_str,
+)
+from app.adapters.remote_get import LeanGetter, client_error, meta_from_headers, streaming_body
+from app.domain.checksums import ALGORITHMS
+from app.domain.errors import S3Error
+from app.domain.objects import (
+    ObjectMeta,
+    PartAttributes,
+)
+
+
+class ObjectOps:
+    client: Any
+    lean: LeanGetter
+    _conditional: dict[str, bool]
+
+    # ---- objects -----------------------------------------------------------------------------
+    def head_object(self, bucket: str, key: str, if_none_match: str | None = None) -> ObjectMeta:
+        """The object's metadata; with ``if_none_match`` an unchanged object raises NotModified."""
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "ChecksumMode": "ENABLED"}
+        if if_none_match:
+            kwargs["IfNoneMatch"] = f'"{if_none_match}"'
+        try:
+            with translate_errors(bucket, key):
+                resp = self.client.head_object(**kwargs)
+        except S3Error as err:
+            if err.code == "NoSuchKey":
+                # A HEAD 404 has no body to say which is missing: NoSuchBucket if the bucket is.
+                self.head_bucket(bucket)
+            raise
+        return _meta_from_response(key, resp)
+
+    def object_parts(self, bucket: str, key: str) -> tuple[str, list[PartAttributes]] | None:
+        """(ETag, parts) of a multipart object from the remote's GetObjectAttributes, every page;
+        None when the remote does not implement it (the answer then lists no parts)."""
+        parts: list[PartAttributes] = []
+        marker = 0
+        etag = ""
+        while True:
+            try:
+                with translate_errors(bucket, key):
+                    resp = self.client.get_object_attributes(
+                        Bucket=bucket, Key=key, ObjectAttributes=["ETag", "ObjectParts"], MaxParts=1000,
+                        PartNumberMarker=marker)
+            except S3Error as err:
+                if err.code in ("NotImplemented", "InvalidArgument", "InvalidRequest"):
+                    return None
+                raise
+            etag = str(resp.get("ETag", "")).strip('"')
+            page = resp.get("ObjectParts") or {}
+            for part in page.get("Parts", []):
+                checksums = {alg: part[f"Checksum{alg}"] for alg in ALGORITHMS if part.get(f"Checksum{alg}")}
+                parts.append(PartAttributes(int(part["PartNumber"]), int(part["Size"]), checksums))
+            if not page.get("IsTruncated") or not page.get("NextPartNumberMarker"):
+                return etag, parts
+            marker = int(page["NextPartNumberMarker"])
+
+    def get_object(self, bucket: str, key: str, byte_range: str | None = None,
+                   if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:
+        url = self.lean.request_url(bucket, key)
+        if url is None:
+            return self._get_object_boto(bucket, key, byte_range, if_match)
+        # Stored checksums in the answer (the entry point decides whether to relay them).
+        headers = {"x-amz-checksum-mode": "ENABLED"}
+        if byte_range:
+            headers["Range"] = byte_range
+        if if_match:
+            headers["If-Match"] = if_match if if_match.startswith('"') else f'"{if_match}"'
+        with translate_errors(bucket, key):
+            response = self.lean.get(url, headers)
+            if response.status_code >= 300:
+                raise client_error(response)
+        return meta_from_headers(key, response.headers), streaming_body(response)  # type: ignore[return-value]
+
+    def _get_object_boto(self, bucket: str, key: str, byte_range: str | None,
+                         if_match: str | None) -> tuple[ObjectMeta, BinaryIO]:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if byte_range:
+            kwargs["Range"] = byte_range
+        if if_match:
+            kwargs["IfMatch"] = if_match if if_match.startswith('"') else f'"{if_match}"'
+        # Stored checksums in the answer (the entry point decides whether to relay them); as a
+        # header, not ChecksumMode, so botocore does not validate: the client does, end to end.
+        kwargs["FerryExtraHeaders"] = {"x-amz-checksum-mode": "ENABLED"}
+        with translate_errors(bucket, key):
+            resp = self.client.get_object(**kwargs)
+        return _meta_from_response(key, resp), resp["Body"]
+
+    def put_object(self, bucket: str, key: str, body: BinaryIO, size: int, content_md5: str,
+                   content_headers: dict[str, str], metadata: dict[str, str],
+                   checksums: dict[str, str], *, if_match: str | None = None,
+                   if_none_match: str | None = None) -> str:
+        """PutObject; ``if_match`` (an ETag) or ``if_none_match`` ('*') make it conditional."""
+        kwargs = object_params(content_headers, metadata)
+        kwargs.update(Bucket=bucket, Key=key, Body=body, ContentLength=size, ContentMD5=content_md5)
+        if if_match:
+            kwargs["IfMatch"] = f'"{if_match}"'
+        if if_none_match:
+            kwargs["IfNoneMatch"] = if_none_match
+        for alg, value in checksums.items():
+            kwargs[_CHECKSUM_PARAM[alg]] = value
+        if "expires" in content_headers:
+            kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
+        with translate_errors(bucket, key):
+            resp = self.client.put_object(**kwargs)
+        return str(resp.get("ETag", "")).strip('"')
+
+    def copy_object(self, bucket: str, key: str, src_bucket: str, src_key: str, replace: bool,
+                    content_headers: dict[str, str], metadata: dict[str, str]) -> tuple[str, datetime]:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key,
+                                  "CopySource": {"Bucket": src_bucket, "Key": src_key}}
+        if replace:
+            kwargs.update(object_params(content_headers, metadata))
+            kwargs["MetadataDirective"] = "REPLACE"
+            if "expires" in content_headers:
+                kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
+        with translate_errors(src_bucket, src_key):
+            resp = self.client.copy_object(**kwargs)
+        result = resp.get("CopyObjectResult", {})
+        return str(result.get("ETag", "")).strip('"'), result.get("LastModified") or datetime.now(UTC)
+
+    def delete_object(self, bucket: str, key: str, if_match: str | None = None) -> None:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if if_match:
+            kwargs["IfMatch"] = f'"{if_match}"'
+        with translate_errors(bucket, key):
+            self.client.delete_object(**kwargs)
+
+    def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
+        """DeleteObjects in pages of 1000; returns the keys the remote refused: key -> (code, message)."""
+        failures: dict[str, tuple[str, str]] = {}
+        for start in range(0, len(keys), 1000):
+            page = [{"Key": k} for k in keys[start:start + 1000]]
+            with translate_errors(bucket):
+                resp = self.client.delete_objects(Bucket=bucket, Delete={"Objects": page, "Quiet": True})
+            for err in resp.get("Errors", []):
+                failures[str(err.get("Key"))] = (str(err.get("Code") or "InternalError"), str(err.get("Message") or ""))
+        return failures
+
+    def current_etag(self, bucket: str, key: str) -> str | None:
+        """The object's ETag now, None when there is none (the expectation of a fenced write)."""
+        try:
+            with translate_errors(bucket, key):
+                resp = self.client.head_object(Bucket=bucket, Key=key)
+        except S3Error as err:
+            if err.code == "NoSuchKey":
+                return None
+            raise
+        return str(resp.get("ETag", "")).strip('"')
+
+    def conditional_writes(self, bucket: str) -> bool:
+        """Whether the remote honours If-Match on PutObject and DeleteObject, probed once per
+        bucket: a remote that ignored the header would let a fenced write through unfenced.
+
+        The probes are conditional writes to a key that does not exist (``.ferry-probe/<id>``),
+        which a remote that honours them refuses; only one that ignores them stores anything,
+        and that object is deleted at once."""
+        known = self._conditional.get(bucket)
+        if known is None:
+            known = self._probe_conditional(bucket, f".ferry-probe/{uuid.uuid4().hex}")
+            self._conditional[bucket] = known
+        return known
+
+    def _probe_conditional(self, bucket: str, probe: str) -> bool:
+        bogus = "0" * 32
+        for attempt in (self._probe_put, self._probe_delete):
+            try:
+                attempt(bucket, probe, bogus)
+            except S3Error as err:
+                if err.status >= 500 and err.code != "NotImplemented":
+                    raise  # an outage says nothing: ask again next time
+                if err.code not in ("PreconditionFailed", "NoSuchKey"):
+                    return False  # e.g. NotImplemented: no conditional writes on this remote
+            else:
+                return False  # the condition was ignored
+        return True
+
+    def _probe_put(self, bucket: str, probe: str, bogus: str) -> None:
+        self.put_object(bucket, probe, io.BytesIO(b""), 0, "1B2M2Y8AsgTpgAmY7PhCfg==", {}, {}, {}, if_match=bogus)
+        self.delete_object(bucket, probe)  # it was stored: take it away again
+
+    def _probe_delete(self, bucket: str, probe: str, bogus: str) -> None:
+        self.delete_object(bucket, probe, if_match=bogus)
+

@@ -1,0 +1,145 @@
+"""Prometheus metrics: the figures an operator alerts on.
+
+The services call the small functions below; they never import prometheus_client themselves.
+Several uvicorn workers share one ``/metrics``: ``ferry serve`` sets PROMETHEUS_MULTIPROC_DIR
+before any worker imports this module, every process then writes its samples to files there, and
+the scrape adds them up (``exposition``). Figures that live in the catalog (cached, pinned and
+dirty bytes, destage lag) are read at scrape time, once per scrape, by ``CatalogCollector``.
+See docs/operations.md ("Metrics and alerts") for what each figure means.
+
+The package: ``storage`` (the sample files of multiprocess mode), ``definitions`` (every metric and
+the functions that move them), ``http_requests`` (per-request figures, written in batches),
+``catalog`` (gauges read from the catalog at scrape time) and ``exposition`` (the /metrics body).
+Callers use ``from app import metrics`` and the names below.
+"""
+
+from __future__ import annotations
+
+from app.metrics import storage  # noqa: F401  (first: sample files allocated before any metric)
+from app.metrics.catalog import (
+    CatalogCollector,
+    NodeStats,
+    StatsSource,
+    TenantUsage,
+)
+from app.metrics.definitions import (
+    CACHE_BYTES,
+    CACHE_CORRUPT,
+    CACHE_EVICTED_BYTES,
+    CACHE_EVICTIONS,
+    CACHE_REQUESTS,
+    DESTAGE_ATTEMPTS,
+    DESTAGE_DELAY,
+    DESTAGE_FAILURES,
+    DESTAGED_BYTES,
+    FLEET_PEER_READS,
+    FLEET_SERVED,
+    FLEET_SERVED_BYTES,
+    HTTP_DURATION,
+    HTTP_IN_FLIGHT,
+    HTTP_REQUEST_BYTES,
+    HTTP_REQUESTS,
+    HTTP_RESPONSE_BYTES,
+    HTTP_ZEROCOPY_BYTES,
+    REMOTE_DURATION,
+    REMOTE_FETCH_BYTES,
+    REMOTE_REQUESTS,
+    REMOTE_RETRIES,
+    REVALIDATIONS,
+    SINGLEFLIGHT_WAITS,
+    UNKNOWN_OPERATION,
+    cache_corrupt,
+    destage_outcome,
+    evicted,
+    fleet_peer_read,
+    fleet_served,
+    instrument_boto_client,
+    remote_call_done,
+    remote_fetched,
+    revalidated,
+    served_bytes,
+    singleflight_waited,
+    zerocopy_sent,
+)
+from app.metrics.exposition import (
+    exposition,
+    multiprocess_dir,
+    process_exit,
+    process_metrics,
+    process_registry,
+    samples,
+)
+from app.metrics.http_requests import (
+    FLUSH_SECONDS,
+    RequestStats,
+    cache_outcome,
+    current_outcome,
+    flush_requests,
+    mark_authorized,
+    outcome_of,
+    request_finished,
+    request_started,
+    set_operation,
+    set_outcome,
+)
+
+__all__ = [
+    "CACHE_BYTES",
+    "CACHE_CORRUPT",
+    "CACHE_EVICTED_BYTES",
+    "CACHE_EVICTIONS",
+    "CACHE_REQUESTS",
+    "DESTAGED_BYTES",
+    "DESTAGE_ATTEMPTS",
+    "DESTAGE_DELAY",
+    "DESTAGE_FAILURES",
+    "FLEET_PEER_READS",
+    "FLEET_SERVED",
+    "FLEET_SERVED_BYTES",
+    "FLUSH_SECONDS",
+    "HTTP_DURATION",
+    "HTTP_IN_FLIGHT",
+    "HTTP_REQUESTS",
+    "HTTP_REQUEST_BYTES",
+    "HTTP_RESPONSE_BYTES",
+    "HTTP_ZEROCOPY_BYTES",
+    "REMOTE_DURATION",
+    "REMOTE_FETCH_BYTES",
+    "REMOTE_REQUESTS",
+    "REMOTE_RETRIES",
+    "REVALIDATIONS",
+    "SINGLEFLIGHT_WAITS",
+    "UNKNOWN_OPERATION",
+    "CatalogCollector",
+    "NodeStats",
+    "RequestStats",
+    "StatsSource",
+    "TenantUsage",
+    "cache_corrupt",
+    "cache_outcome",
+    "current_outcome",
+    "destage_outcome",
+    "evicted",
+    "exposition",
+    "fleet_peer_read",
+    "fleet_served",
+    "flush_requests",
+    "instrument_boto_client",
+    "mark_authorized",
+    "multiprocess_dir",
+    "outcome_of",
+    "process_exit",
+    "process_metrics",
+    "process_registry",
+    "remote_call_done",
+    "remote_fetched",
+    "request_finished",
+    "request_started",
+    "revalidated",
+    "samples",
+    "served_bytes",
+    "set_operation",
+    "set_outcome",
+    "singleflight_waited",
+    "zerocopy_sent",
+]
