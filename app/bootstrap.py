@@ -276,12 +276,13 @@ def make_admin_parts(settings: Settings, engine: Engine, staging: StagingRepo, j
                       remote_checks=RemoteChecks(remote_config(settings)))
 
 
-def make_replicas(settings: Settings, engine: Engine, blobs: BlobStore,
+def make_replicas(settings: Settings, engine: Engine, blobs: BlobStore, journal: Journal,
                   executor: EmbeddedExecutor | CeleryExecutor) -> ReplicaKeeper | None:
     """Only a shared catalog has other nodes whose writes this one may hold or take over."""
     if engine.dialect.name == "sqlite":
         return None
-    return ReplicaKeeper(ReplicaRepo(engine, settings.node_id), blobs, executor.submit, settings.node_stale_seconds)
+    return ReplicaKeeper(ReplicaRepo(engine, settings.node_id), blobs, executor.submit, settings.node_stale_seconds,
+                         referenced=journal.blobs_referenced)
 
 
 def build(settings: Settings) -> Container:
@@ -314,7 +315,7 @@ def build(settings: Settings) -> Container:
     staging_repo = StagingRepo(engine)
     staging = make_staging(settings, staging_repo, remote, gateway)
     expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
-    replicas = make_replicas(settings, engine, blobs, executor)
+    replicas = make_replicas(settings, engine, blobs, journal, executor)
     leaked = RemoteUploadSweep(OwnedRemoteUploads(engine), remote, settings.remote_upload_sweep_interval,
                                settings.remote_upload_grace)
     chore_parts, chores = make_chores(settings, journal, cache, expiry, executor, replicas, leaked, staging.parts)

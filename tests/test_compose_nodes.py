@@ -52,6 +52,26 @@ def test_three_nodes_each_with_gateway_worker_and_beat(compose: dict[str, Any]) 
     assert len(set(published)) == 3, published
 
 
+def test_gateways_form_one_shared_cache(compose: dict[str, Any]) -> None:
+    """Fleet mode on every gateway (docs/fleet.md): the internal port, the shared secret with no
+    default, and an address the other containers resolve (the service name on that port). The
+    port stays on the compose network, and workers and beats have no internal endpoint."""
+    services = compose["services"]
+    advertised = set()
+    for gateway, worker, beat in NODES.values():
+        env = services[gateway]["environment"]
+        port = str(env["FERRY_FLEET_PORT"])
+        assert int(port) > 0 and port != str(env["FERRY_PORT"]), (gateway, port)
+        assert env["FERRY_FLEET_SECRET"] == "${FERRY_FLEET_SECRET:?set FERRY_FLEET_SECRET}", gateway
+        assert env["FERRY_FLEET_ADVERTISE"] == f"{gateway}:{port}", gateway
+        advertised.add(env["FERRY_FLEET_ADVERTISE"])
+        assert not any(str(p).endswith(f":{port}") for p in services[gateway].get("ports", [])), (
+            f"{gateway} publishes its internal port: it is for fleet members only")
+        for name in (worker, beat):
+            assert "FERRY_FLEET_PORT" not in (services[name].get("environment") or {}), name
+    assert len(advertised) == 3, advertised
+
+
 def test_prometheus_scrapes_gateways_and_workers(compose: dict[str, Any]) -> None:
     yaml = pytest.importorskip("yaml")
     services = compose["services"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,29 @@ class BlobStore:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self.path(blob_id))
         return self.clear_tmp()
+
+    def collect(self, referenced: Callable[[list[str]], set[str]], older_than: float, now: float | None = None) -> int:
+        """While running: drop committed blobs whose intent record (see ``commit``) is older than
+        ``older_than`` seconds and that no catalog row references. These are copies accepted for
+        another node's write that never committed (its node died between the copy and its row),
+        and writes of this node that failed after their commit: without this, only a restart
+        (``recover``) would drop them. Returns how many were dropped."""
+        now = time.time() if now is None else now
+        old = []
+        for entry in os.scandir(self.tmp):
+            if len(entry.name) != 32 or not set(entry.name) <= _ID_ALPHABET:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                # The intent is a hard link made at commit: its ctime is when the blob was committed.
+                if now - entry.stat().st_ctime >= older_than and self.path(entry.name).exists():
+                    old.append(entry.name)
+        if not old:
+            return 0
+        keep = referenced(old)
+        dropped = [blob_id for blob_id in old if blob_id not in keep]
+        for blob_id in dropped:
+            self.delete(blob_id)
+        return len(dropped)
 
     def clear_tmp(self) -> int:
         """Remove bodies of requests that never completed (after a crash); returns the count."""

@@ -35,6 +35,10 @@ CHUNK = 1024 * 1024
 class PeerFailed(Exception):
     """A peer could not take a replica (connection, timeout, refusal)."""
 
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused  # it answered (a full buffer or disk): alive, not to be routed around
+
 
 class HeldBody:
     """A peer's 206 answer, read in threads."""
@@ -106,7 +110,8 @@ class PeerJournal:
                           for piece in pieces]
             except PeerFailed as exc:
                 log.warning("fleet: node %s could not hold a replica (%s); trying the next", node.node_id, exc)
-                self.membership.suspect(node.node_id)
+                if not exc.refused:
+                    self.membership.suspect(node.node_id)
                 continue
             return Replica(node.node_id, copies)
         raise S3Error("SlowDown", "write_replicas is 2 and no second live node could hold this write; retry later.")
@@ -126,6 +131,6 @@ class PeerJournal:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise PeerFailed(str(exc)) from exc
         if resp.status != 200:
-            raise PeerFailed(f"HTTP {resp.status}: {resp.data[:200]!r}")
+            raise PeerFailed(f"HTTP {resp.status}: {resp.data[:200]!r}", refused=resp.status in (400, 503))
         blob = json.loads(resp.data)["blob"]
         return BlobRef(blob, piece.size, piece.etag, dict(piece.checksums), piece.number)

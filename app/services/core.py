@@ -147,7 +147,9 @@ class GatewayCore:
             md5_b64 = base64.b64encode(bytes.fromhex(md5_hex)).decode()
         except ValueError as exc:
             raise S3Error("InvalidDigest") from exc
-        reserved = await self._reserve(size, write_back=False)  # the disk's reserve still applies
+        # Held like a write of this node until its row is durable: the disk's reserve and the
+        # write buffer both apply (a full buffer refuses it; the origin tries another node).
+        reserved = await self._reserve(size)
         try:
             received = await self.receive(body, ExpectedDigests(content_md5=md5_b64, declared_size=size), size)
         finally:

@@ -28,6 +28,10 @@ from app.services.ports import BlobPort, JournalPort, RemotePort
 
 log = logging.getLogger("ferry.destage")
 
+# Answers that refuse the request's signature or key, whatever the object: the remote's
+# credentials are wrong for now, every row would fail alike.
+CREDENTIAL_REFUSALS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"})
+
 
 @dataclass(frozen=True)
 class UploadSpec:
@@ -258,10 +262,13 @@ class Destager:
     def _failed(self, row: VersionRow, exc: Exception) -> str:
         current = self.journal.get(row.seq)
         attempts = current.attempts if current else row.attempts
-        # An unreachable or overloaded remote (5xx, connection errors) is an outage, not a fault
-        # of this object: keep retrying at the capped backoff, so everything destages when the
-        # remote returns. Only refusals of the object itself (4xx) use up the attempts.
-        outage = (isinstance(exc, S3Error) and exc.status >= 500) or isinstance(exc, ConnectionError | TimeoutError)
+        # An unreachable or overloaded remote (5xx, connection errors), or one that refuses our
+        # credentials (a key revoked before its rotation reached this process), is an outage,
+        # not a fault of this object: keep retrying at the capped backoff, so everything
+        # destages when the remote (or its new key) is back. Only refusals of the object itself
+        # (other 4xx, AccessDenied included) use up the attempts.
+        outage = (isinstance(exc, S3Error) and (exc.status >= 500 or exc.code in CREDENTIAL_REFUSALS)) \
+            or isinstance(exc, ConnectionError | TimeoutError)
         failed = attempts >= self.max_attempts and not outage
         delay = backoff_seconds(attempts, self.backoff_base, self.backoff_cap) * random.uniform(0.5, 1.0)
         message = f"{type(exc).__name__}: {exc}"

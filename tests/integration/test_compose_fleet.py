@@ -76,6 +76,10 @@ class Fleet:
             env[name] = value
         if env.get("FERRY_PORT"):
             env["FERRY_PORT"] = str(self.port)
+        if env.get("FERRY_FLEET_PORT"):  # the internal endpoint: this machine's free port, reached on loopback
+            fleet_port = free_port()
+            env.update(FERRY_FLEET_PORT=str(fleet_port), FERRY_FLEET_HOST="127.0.0.1",
+                       FERRY_FLEET_ADVERTISE=f"127.0.0.1:{fleet_port}")
         if env.get("FERRY_WORKER_METRICS_PORT"):  # a container's port, not this machine's
             env["FERRY_WORKER_METRICS_PORT"] = str(free_port())
         env["PYTHONPATH"] = str(ROOT)
@@ -138,7 +142,8 @@ def fleet(compose: dict[str, Any], seaweed: Any, fresh_postgres_url: str, redis_
     variables = {
         "FERRY_DB_PASSWORD": "unused-local-trust", "FERRY_REMOTE_ACCESS_KEY": seaweed.access_key,
         "FERRY_REMOTE_SECRET_KEY": seaweed.secret_key, "FERRY_ACCESS_KEY": ACCESS_KEY, "FERRY_SECRET_KEY": SECRET_KEY,
-        "FERRY_ADMIN_TOKEN": ADMIN_TOKEN, "FERRY_NODE_ID": f"compose-{uuid.uuid4().hex[:8]}",
+        "FERRY_ADMIN_TOKEN": ADMIN_TOKEN, "FERRY_FLEET_SECRET": "compose-fleet-secret-0123456789",
+        "FERRY_NODE_ID": f"compose-{uuid.uuid4().hex[:8]}",
     }
     env_block = compose["services"]["gateway"]["environment"]
     local = {
@@ -196,10 +201,12 @@ def test_compose_services_destage_a_write_to_the_remote(fleet: Fleet, seaweed: A
     engine = create_engine(fresh_postgres_url)
     try:
         with engine.connect() as conn:
-            hosts = conn.execute(text("SELECT node_id, host FROM nodes")).all()
+            hosts = conn.execute(text("SELECT node_id, host, address FROM nodes")).all()
     finally:
         engine.dispose()
-    assert hosts == [(fleet.variables["FERRY_NODE_ID"], "compose-gateway")]  # containers' hostnames differ
+    [(node_id, host, address)] = hosts
+    assert (node_id, host) == (fleet.variables["FERRY_NODE_ID"], "compose-gateway")  # containers' hostnames differ
+    assert address.startswith("127.0.0.1:"), "the compose gateway runs in fleet mode (its internal endpoint)"
 
 
 @pytest.mark.parametrize("service", ["gateway", "worker", "beat"])

@@ -34,6 +34,10 @@ class RefusingRemote:
 
 @pytest.mark.parametrize(("code", "final"), [("ServiceUnavailable", VersionState.BUFFERED),
                                              ("InternalError", VersionState.BUFFERED),
+                                             # refused credentials (a key revoked before its rotation
+                                             # reached the worker): the remote is out, not the object
+                                             ("InvalidAccessKeyId", VersionState.BUFFERED),
+                                             ("SignatureDoesNotMatch", VersionState.BUFFERED),
                                              ("AccessDenied", VersionState.FAILED)])
 def test_outages_do_not_use_up_attempts(tmp_path: Path, code: str, final: VersionState) -> None:
     url = f"sqlite:///{tmp_path / 'ferry.db'}"

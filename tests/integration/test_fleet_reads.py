@@ -5,9 +5,11 @@ a CountingProxy in front of SeaweedFS."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -21,6 +23,8 @@ from app.fleet.wire import BLOCK_PATH, PING_PATH
 from tests.support.counting_proxy import CountingProxy
 from tests.support.databases import throwaway_database
 from tests.support.fleet import Fleet
+from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
+from tests.support.seaweed import SeaweedServer
 
 pytestmark = pytest.mark.fleet
 
@@ -39,7 +43,7 @@ def fleet_db(fleet_services: Any) -> Iterator[str]:
 def fleet(proxy: CountingProxy, fleet_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     proxy.record_cut = True  # count the whole-object discovery GETs a fill closes after its block
     with Fleet(proxy, fleet_db, tmp_path_factory.mktemp("fleet"),
-               env={"FERRY_CACHE_BLOCK_BYTES": str(BLOCK)}) as f:
+               env={"FERRY_CACHE_BLOCK_BYTES": str(BLOCK), "FERRY_REMOTE_REFRESH_SECONDS": "0.5"}) as f:
         f.wait_live(3)
         yield f
 
@@ -120,6 +124,75 @@ def test_thirty_clients_on_three_nodes_fetch_each_block_of_a_cold_object_once(
     assert results == [sha] * 30
     fetched = _blocks_fetched(proxy, key)
     assert fetched == Counter(range(16)), f"one remote fetch per block fleet-wide, got {sorted(fetched.items())}"
+
+
+def _admin(gw: GatewayProcess, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"{gw.endpoint}{path}", data=data, method=method,
+                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        raw = r.read()
+    return json.loads(raw) if raw else None
+
+
+def _wait_mapped(fleet: Fleet, bucket: str) -> None:
+    """Every node has re-read the mappings (FERRY_REMOTE_REFRESH_SECONDS): HeadBucket answers."""
+    deadline = time.monotonic() + 15
+    for node in fleet.nodes:
+        while True:
+            try:
+                node.client().head_bucket(Bucket=bucket)
+                break
+            except Exception:
+                assert time.monotonic() < deadline, f"{node.extra_env['FERRY_NODE_ID']} never saw the mapping"
+                time.sleep(0.2)
+
+
+def test_two_regions_read_and_written_through_one_node_of_the_fleet(
+        fleet: Fleet, proxy: CountingProxy, fleet_bucket: str, seaweed: Any) -> None:
+    """Two SeaweedFS instances are two regions: ``fleet_bucket`` on the default remote (A), a
+    bucket mapped to a remote registered through the admin API (B). Node 1 reads and writes
+    both; every request reaches the right remote (a CountingProxy each), a cold object of B is
+    then served by nodes 2 and 3 with no remote GET, and a write to B is read on nodes 2 and 3
+    before, and in B after, its destage."""
+    tag = uuid.uuid4().hex[:8]
+    bucket_b, far = f"fb-{tag}", f"far-{tag}"
+    with SeaweedServer() as region_b, CountingProxy(region_b) as proxy_b:
+        proxy_b.record_cut = True
+        region_b.client().create_bucket(Bucket=far)
+        cold_a, sha_cold_a, _ = _put(seaweed, fleet_bucket, BLOCK + 5)
+        cold_b, sha_cold_b, _ = _put(region_b, far, 2 * BLOCK + 5)
+        node1 = fleet.nodes[0]
+        remote = _admin(node1, "POST", "/admin/remotes", {
+            "name": f"region-b-{tag}", "endpoint": proxy_b.endpoint, "region": "eu-west-1",
+            "access_key": region_b.access_key, "secret_key": region_b.secret_key})
+        _admin(node1, "PUT", f"/admin/bucket-mappings/{bucket_b}", {"remote_id": remote["id"], "remote_bucket": far})
+        _wait_mapped(fleet, bucket_b)
+        proxy.reset()
+        proxy_b.reset()
+        s3 = node1.client()
+        assert _sha(s3, fleet_bucket, cold_a) == sha_cold_a
+        assert _sha(s3, bucket_b, cold_b) == sha_cold_b
+        assert {s.key for s in proxy.gets()} == {cold_a} and {s.key for s in proxy_b.gets()} == {cold_b}
+        assert len(proxy.gets()) == 2 and len(proxy_b.gets()) == 3, "each block once, from its own region"
+        assert all(s.path.startswith(f"/{far}/") for s in proxy_b.requests()), "B is asked under its own name"
+
+        written = {fleet_bucket: os.urandom(BLOCK + 11), bucket_b: os.urandom(BLOCK + 13)}
+        for bucket, data in written.items():
+            s3.put_object(Bucket=bucket, Key=f"w-{tag}", Body=data)
+        for node in fleet.nodes[1:]:  # the other nodes read node 1's buffered writes and B's cold object
+            for bucket, data in written.items():
+                assert _sha(node.client(), bucket, f"w-{tag}") == hashlib.sha256(data).hexdigest()
+            assert _sha(node.client(), bucket_b, cold_b) == sha_cold_b
+        assert len(proxy_b.gets(cold_b)) == 3, "nodes 2 and 3 served B's object from the fleet, not from B"
+        node1.flush()
+        assert region_b.client().get_object(Bucket=far, Key=f"w-{tag}")["Body"].read() == written[bucket_b]
+        assert seaweed.client().get_object(Bucket=fleet_bucket, Key=f"w-{tag}")["Body"].read() == written[fleet_bucket]
+        puts_a = {s.path for s in proxy.requests("PUT") if "/.ferry-probe/" not in s.path}  # the writability probe
+        puts_b = {s.path for s in proxy_b.requests("PUT") if "/.ferry-probe/" not in s.path}
+        assert puts_b == {f"/{far}/w-{tag}"} and puts_a == {f"/{fleet_bucket}/w-{tag}"}, (puts_a, puts_b)
+        _admin(node1, "DELETE", f"/admin/bucket-mappings/{bucket_b}")
+        _admin(node1, "DELETE", f"/admin/remotes/{remote['id']}")
 
 
 def test_kill_9_of_a_node_under_load_the_others_keep_serving_everything(

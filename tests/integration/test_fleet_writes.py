@@ -174,7 +174,8 @@ def test_a_checkpoint_written_on_node_2_is_read_on_1_and_3_during_an_outage_then
         assert (head["ContentLength"], head["ETag"]) == (len(whole), etag)
     assert len(remote_up.gets(key)) == gets_before  # not one remote GET: the bytes came from node 2
     [row] = rows(fleet, wbucket, key)
-    assert (row["node_id"], row["state"]) == ("node-2", "buffered")
+    # Node 2's worker retries during the outage: a snapshot may catch an attempt in progress.
+    assert row["node_id"] == "node-2" and row["state"] in ("buffered", "destaging"), row
     remote_up.fail_with = None  # the remote returns: node 2's worker destages it
     for client in (node1, node3):  # a listing needs the remote's page; node 2's row is merged in
         listed = client.list_objects_v2(Bucket=wbucket, Prefix=key.split("/")[0] + "/")["Contents"]

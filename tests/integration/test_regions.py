@@ -3,7 +3,9 @@
 Each bucket's reads, writes (write-back) and destages go to its own remote, under the remote
 bucket's name; a remote's capability profile decides which keys the gateway refuses; a remote's
 keys rotate through the admin API without restarting the gateway or its Celery worker; a worker
-serves its own destage counters.
+serves its own destage counters. The same two regions behind the 3-node fleet (read and written
+through one node, cross-node reads, remote request counts per region) are in
+``tests/integration/test_fleet_reads.py``, which reuses that module's running fleet.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from the node that holds it, and never an older one from the remote while that n
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from app.adapters.catalog.repo import Catalog
 from app.domain.errors import S3Error
 from app.domain.policy import Policy, PolicyRule
 from app.domain.ranges import RangeRequest
-from app.services.budget import DiskReserve
+from app.services.bodies import StreamBody
+from app.services.budget import DiskReserve, WriteBudget
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
 from app.services.destage import Destager
@@ -32,7 +34,7 @@ from app.services.policies import PolicyBook
 from app.services.replicas import ReplicaKeeper
 from app.services.tenancy import Tenancy
 from tests.fakes.harness import QueueExecutor, Services, build, read_all
-from tests.fakes.peers import InProcessPeers
+from tests.fakes.peers import InProcessPeers, _once
 from tests.fakes.remote import InMemoryRemote
 
 
@@ -208,3 +210,52 @@ def replica_blobs(engine: Engine) -> str:
     with engine.connect() as conn:
         return str(conn.execute(text("SELECT blobs_json FROM journal_replicas")).scalar_one())
 
+
+
+def test_a_copy_whose_write_never_committed_is_dropped_by_the_holders_sweep(tmp_path: Path) -> None:
+    """The origin died between the copy and its row's commit: no record names the copy. The
+    holder's sweep drops it once it is ``orphan_after`` old (not only at its next restart),
+    and keeps the copies a committed row still needs."""
+    a, b, _, _ = replicated(tmp_path)
+    engine = a.journal.engine
+    for node in ("unit", "b"):
+        NodeRegistry(engine, node, "test", f"dir-{node}").register(30)
+
+    def keeper(orphan_after: float) -> ReplicaKeeper:
+        return ReplicaKeeper(ReplicaRepo(engine, "b"), b.blobs, b.executor.submit, stale_after=30,
+                             referenced=b.journal.blobs_referenced, orphan_after=orphan_after)
+
+    async def scenario() -> None:
+        await a.put("b", "k", b"v1")  # committed with its copy on b
+        held = json.loads(replica_blobs(engine))[0][0]
+        data = b"the origin died before its row"
+        orphan = await b.gateway.accept_replica(StreamBody(_once(data)), len(data), hashlib.md5(data).hexdigest())
+        assert b.blobs.path(orphan).read_bytes() == data
+        keeper(3600).sweep()
+        assert b.blobs.path(orphan).exists(), "a young copy may still be committed by its origin"
+        keeper(0).sweep()
+        assert not b.blobs.path(orphan).exists()
+        assert b.blobs.path(held).read_bytes() == b"v1", "a copy a buffered row needs stays"
+
+    asyncio.run(scenario())
+
+
+def test_copies_held_for_other_nodes_count_in_the_holders_write_buffer(tmp_path: Path) -> None:
+    """A copy is bytes on the holder's disk that wait for a destage: its buffer counts them, and
+    a holder whose buffer is full refuses a copy (the write finds no second node: SlowDown)."""
+    a, b, _, _ = replicated(tmp_path)
+
+    async def scenario() -> None:
+        await a.put("b", "k", b"x" * 1000)
+        assert a.journal.dirty_bytes() == 1000
+        assert b.journal.dirty_bytes() == 1000, "b holds a copy of the buffered write"
+        b.gateway.budget = WriteBudget(1500)
+        b.gateway._dirty_read_at = 0.0  # re-read the buffer's fill now
+        with pytest.raises(S3Error) as err:
+            await a.put("b", "k2", b"y" * 1000)
+        assert err.value.code == "SlowDown"
+        assert a.journal.latest_dirty("b", "k2") is None
+        a.destage_all()
+        assert b.journal.dirty_bytes() == 0, "durable: the copy no longer counts"
+
+    asyncio.run(scenario())

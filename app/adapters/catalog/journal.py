@@ -193,14 +193,19 @@ class Journal:
             return {state: int(n) for state, n in s.execute(stmt)}
 
     def dirty_bytes(self) -> int:
-        """Bytes not yet on the remote that this node's disk holds: its dirty versions plus parts
-        of open multipart uploads (the write buffer and the cache budget are per node)."""
+        """Bytes not yet on the remote that this node's disk holds: its dirty versions, parts
+        of open multipart uploads, and the copies it holds of other nodes' dirty versions
+        (``write_replicas: 2``); the write buffer and the cache budget are per node."""
         with self.sessions() as s:
             versions = s.scalar(select(func.coalesce(func.sum(ObjectVersion.size), 0))
                                 .where(ObjectVersion.state.in_(DIRTY_VALUES), ObjectVersion.node_id == self.node_id)) or 0
             parts = s.scalar(select(func.coalesce(func.sum(MultipartPart.size), 0)).where(
                 or_(MultipartPart.node_id == self.node_id, MultipartPart.node_id.is_(None)))) or 0
-        return int(versions) + int(parts)
+            copies = s.scalar(select(func.coalesce(func.sum(ObjectVersion.size), 0))
+                              .join(JournalReplica, and_(JournalReplica.seq == ObjectVersion.seq,
+                                                         JournalReplica.node_id == self.node_id))
+                              .where(ObjectVersion.state.in_(DIRTY_VALUES))) or 0
+        return int(versions) + int(parts) + int(copies)
 
     def due(self, limit: int = 1000, now: float | None = None, node_id: str | None = None,
             resend_after: float = 0.0) -> list[int]:
