@@ -129,7 +129,7 @@ def fleet_served(status: int, nbytes: int = 0) -> None:
 
 
 def revalidated(result: str) -> None:
-    """result: unchanged, changed, deleted, error."""
+    """result: unchanged, changed, deleted, error, deferred (a serve-stale read answered before it)."""
     REVALIDATIONS.labels(result).inc()
 
 
