@@ -9,6 +9,7 @@ values are kept as latin-1 strings end to end so that arbitrary bytes (UTF-8 met
 from __future__ import annotations
 
 import contextlib
+import http.client
 import io
 import uuid
 from collections.abc import Iterator
@@ -105,6 +106,20 @@ def translate_errors(bucket: str | None = None, key: str | None = None) -> Itera
         raise S3Error("ServiceUnavailable", f"The remote region is unreachable: {exc}") from exc
     except botocore.exceptions.BotoCoreError as exc:
         raise S3Error("ServiceUnavailable", f"Remote request failed: {exc}") from exc
+
+
+_TRUNCATED = (botocore.exceptions.IncompleteReadError, urllib3.exceptions.IncompleteRead, http.client.IncompleteRead)
+
+
+def body_failure(exc: BaseException) -> str:
+    """Why a remote body failed, for ``metrics.remote_body_failed``: ``truncated`` (it ended before
+    its Content-Length) or ``network`` (reset, timeout)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, _TRUNCATED) or any(isinstance(arg, _TRUNCATED) for arg in seen.args):
+            return "truncated"
+        seen = seen.__cause__ or seen.__context__
+    return "network"
 
 
 def read_available(body: Any, amt: int) -> bytes:
