@@ -21,7 +21,7 @@ from app.domain import units
 # Settings in seconds: each also takes a unit (30s, 5m, 2h, 7d, 250ms).
 DURATION_FIELDS = (
     "remote_connect_timeout", "remote_read_timeout", "remote_request_deadline", "tenancy_refresh_seconds", "ready_cache_seconds",
-    "multipart_expiry", "body_read_timeout", "http_keep_alive_timeout", "http_header_timeout",
+    "multipart_expiry", "body_read_timeout", "body_min_rate_window", "http_keep_alive_timeout", "http_header_timeout",
     "journal_retention_seconds", "cache_ttl_seconds", "cache_revalidate_interval", "policy_refresh_seconds",
     "node_heartbeat_seconds", "node_stale_seconds", "destage_lease_seconds", "destage_backoff_base",
     "destage_backoff_cap", "sweep_interval", "fleet_clock_skew_seconds", "fleet_peer_timeout",
@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     # Connections: no body bytes for this long ends the request (RequestTimeout); idle keep-alive
     # connections close after timeout_keep_alive; past limit_concurrency uvicorn answers 503.
     body_read_timeout: float = Field(20.0, gt=0)
+    # A body sent slower than body_min_rate bytes/s, over body_min_rate_window seconds spent waiting
+    # for it, ends the request (RequestTimeout) and its connection: slow-loris bodies. 0 = off.
+    body_min_rate: int = Field(1024, ge=0)
+    body_min_rate_window: float = Field(30.0, ge=0)
     http_keep_alive_timeout: float = Field(75.0, gt=0)
     http_header_timeout: float = Field(30.0, ge=0, description="0 = unbounded.")
     http_limit_concurrency: int = Field(2048, ge=0, description="Per worker process; 0 = unbounded.")
@@ -182,7 +186,7 @@ class Settings(BaseSettings):
 
     @field_validator("write_buffer_bytes", "disk_reserve_bytes", "cache_bytes", "cache_block_bytes",
                      "ready_min_free_bytes", "multipart_part_size", "multipart_threshold", "http_max_header_bytes",
-                     mode="before")
+                     "body_min_rate", mode="before")
     @classmethod
     def _size_units(cls, value: Any) -> Any:
         """``100GiB`` in a variable or a file, as the CLI accepts it (app/domain/units.py)."""

@@ -17,6 +17,7 @@ from app.bootstrap import Container, build
 from app.config import Settings, get_settings
 from app.logs import RequestIdMiddleware
 from app.s3.app import Receive, S3App, Scope, Send
+from app.s3.request import BodyRate
 
 CONTROL_PATHS = ("/healthz", "/readyz", "/metrics", "/admin")
 
@@ -96,6 +97,8 @@ class FerryApp:
         self.s3 = S3App(container.gateway, container.catalog, domain=container.settings.domain,
                         max_skew_seconds=container.settings.max_clock_skew_seconds,
                         body_timeout=container.settings.body_read_timeout,
+                        body_min_rate=BodyRate(container.settings.body_min_rate,
+                                               container.settings.body_min_rate_window),
                         read_deadline=container.settings.remote_request_deadline or None)
         self.control = control_app(container)
 

@@ -4,6 +4,10 @@
 ``POST /admin/tokens`` (only their SHA-256 is stored). Scopes nest: ``admin`` implies ``write``,
 which implies ``read``. S3 access keys and SigV4 never reach this code: a signed request is
 routed to the S3 data plane even on an /admin path.
+
+A ``read``/``write`` token may be bound to one tenant (``"tenant"`` at creation): it reaches only
+the endpoints that take a bucket, and only that tenant's buckets (their owners, policies, staging
+jobs, journal, flush and evict); every other endpoint and every other bucket answers 403.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
 class Principal:
     name: str
     scopes: frozenset[str]
+    tenant_id: int | None = None  # bound to this tenant's buckets
+    tenant: str | None = None
 
 
 def expand(scopes: list[str]) -> frozenset[str]:
@@ -49,6 +55,7 @@ class Authenticator:
     def __init__(self, container: Container) -> None:
         self.env_token = container.settings.admin_token
         self.tokens = container.admin.tokens
+        self.owners = container.admin.owners
 
     async def identify(self, credentials: HTTPAuthorizationCredentials | None) -> Principal:
         if credentials is None or not credentials.credentials:
@@ -59,22 +66,58 @@ class Authenticator:
         if token.startswith(TOKEN_PREFIX) and len(token) < 200:
             info = await run(self.tokens.verify, token)
             if info is not None:
-                return Principal(info.name, expand(info.scopes))
+                return Principal(info.name, expand(info.scopes), info.tenant_id, info.tenant)
         raise HTTPException(401, "unknown or disabled bearer token", headers=UNAUTHORIZED)
 
-    def require(self, scope: Scope) -> Callable[..., Awaitable[Principal]]:
-        """A dependency: 401 without a valid token, 403 when the token lacks ``scope``."""
+    def require(self, scope: Scope, tenant_ok: bool = False) -> Callable[..., Awaitable[Principal]]:
+        """A dependency: 401 without a valid token, 403 when the token lacks ``scope`` or is bound
+        to a tenant and the endpoint does not check buckets (``tenant_ok``)."""
 
         async def dependency(credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
             principal = await self.identify(credentials)
             if scope not in principal.scopes:
                 raise HTTPException(403, f"token {principal.name!r} lacks the {scope!r} scope")
+            if principal.tenant_id is not None and not tenant_ok:
+                raise HTTPException(403, f"token {principal.name!r} is bound to tenant {principal.tenant!r}: "
+                                    "this endpoint is for unbound tokens")
             return principal
 
         return dependency
 
+    async def owns(self, principal: Principal, bucket: str) -> bool:
+        """True when the principal may act on ``bucket`` (unbound, or bound to its owner)."""
+        if principal.tenant_id is None:
+            return True
+        owner, _ = await run(self.owners.owner, bucket)
+        return owner == principal.tenant_id
+
+    async def check_bucket(self, principal: Principal, bucket: str | None) -> None:
+        """403 unless the principal may act on ``bucket`` (None: every bucket, unbound tokens only)."""
+        if principal.tenant_id is None:
+            return
+        if bucket is None or bucket == "*":
+            raise HTTPException(403, f"token {principal.name!r} is bound to tenant {principal.tenant!r}: "
+                                "name one of its buckets")
+        if not await self.owns(principal, bucket):
+            raise HTTPException(403, f"bucket {bucket!r} is not tenant {principal.tenant!r}'s")
+
+    async def visible(self, principal: Principal, buckets: list[str]) -> set[str]:
+        """The buckets among ``buckets`` the principal may see (one catalog read)."""
+        if principal.tenant_id is None:
+            return set(buckets)
+        snapshot = await run(self.owners.snapshot)
+        return {b for b in buckets if snapshot.owners.get(b, snapshot.default_tenant) == principal.tenant_id}
+
     def read(self) -> list[Any]:
         return [Depends(self.require("read"))]
+
+    def tenant_read(self) -> Any:
+        """``principal: Principal = auth.tenant_read()``: read scope, tenant-bound tokens admitted
+        (the endpoint checks buckets with ``check_bucket``/``visible``)."""
+        return Depends(self.require("read", tenant_ok=True))
+
+    def tenant_write(self) -> Any:
+        return Depends(self.require("write", tenant_ok=True))
 
     def write(self) -> list[Any]:
         return [Depends(self.require("write"))]
@@ -86,6 +129,7 @@ class Authenticator:
 class TokenCreate(Model):
     name: Name
     scopes: list[Scope]
+    tenant: Name | None = None  # bind the token to this tenant's buckets (read/write scopes only)
 
 
 class TokenOut(Out):
@@ -95,6 +139,7 @@ class TokenOut(Out):
     disabled: bool
     created_at: float
     last_used_at: float | None
+    tenant: str | None = None
 
 
 class TokenSecretOut(TokenOut):
@@ -119,7 +164,9 @@ def router(container: Container, auth: Authenticator | None = None) -> APIRouter
         """A new token; its secret is in this answer only (the catalog keeps a SHA-256)."""
         if not body.scopes:
             raise HTTPException(422, "scopes must name at least one of read, write, admin")
-        info, secret = await run(tokens.create, body.name, sorted(set(body.scopes)))
+        if body.tenant is not None and "admin" in body.scopes:
+            raise HTTPException(422, "a token bound to a tenant may hold read and write only")
+        info, secret = await run(tokens.create, body.name, sorted(set(body.scopes)), body.tenant)
         return TokenSecretOut(**TokenOut.model_validate(info).model_dump(), token=secret)
 
     @api.post("/{token_id}/disable", response_model=TokenOut)

@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from app.adapters.catalog.owners import OwnerInfo
-from app.admin.auth import Authenticator
+from app.admin.auth import Authenticator, Principal
 from app.admin.common import BUCKET_PATTERN, NAME_PATTERN, Model, Name, Out, run
 from app.bootstrap import Container
 
@@ -41,14 +41,20 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         if tenancy is not None:
             tenancy.invalidate()
 
-    @api.get("", response_model=list[OwnerOut], dependencies=auth.read())
-    async def list_owners(tenant: TenantFilter = None) -> list[OwnerInfo]:
-        """Buckets with an explicit owner (optionally one tenant's); the others are the bootstrap tenant's."""
+    @api.get("", response_model=list[OwnerOut])
+    async def list_owners(tenant: TenantFilter = None, principal: Principal = auth.tenant_read()) -> list[OwnerInfo]:
+        """Buckets with an explicit owner (optionally one tenant's); the others are the bootstrap
+        tenant's. A token bound to a tenant sees that tenant's only."""
+        if principal.tenant is not None:
+            if tenant not in (None, principal.tenant):
+                return []
+            tenant = principal.tenant
         return await run(repo.list, tenant)
 
-    @api.get("/{bucket}", response_model=OwnerOut, dependencies=auth.read())
-    async def get_owner(bucket: BucketPath) -> OwnerInfo:
+    @api.get("/{bucket}", response_model=OwnerOut)
+    async def get_owner(bucket: BucketPath, principal: Principal = auth.tenant_read()) -> OwnerInfo:
         """404 when the bucket has no explicit owner (it is the bootstrap tenant's)."""
+        await auth.check_bucket(principal, bucket)
         return await run(repo.get, bucket)
 
     @api.put("/{bucket}", response_model=OwnerOut, dependencies=auth.write())

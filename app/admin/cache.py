@@ -10,7 +10,7 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import Field
 
 from app.adapters.catalog.cache_usage import CacheUsage
-from app.admin.auth import Authenticator
+from app.admin.auth import Authenticator, Principal
 from app.admin.common import BucketName, Counted, Model, Out, Prefix, Text, run
 from app.bootstrap import Container
 
@@ -85,17 +85,20 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
                         buckets=[UsageRowOut.model_validate(r) for r in u.buckets],
                         tenants=[TenantUsageOut.model_validate(r) for r in u.tenants], local=local)
 
-    @api.get("/object", response_model=ObjectCacheOut, dependencies=auth.read())
-    async def object_copies(bucket: Annotated[Text, Query()], key: Annotated[Prefix, Query()]) -> ObjectCacheOut:
+    @api.get("/object", response_model=ObjectCacheOut)
+    async def object_copies(bucket: Annotated[Text, Query()], key: Annotated[Prefix, Query()],
+                            principal: Principal = auth.tenant_read()) -> ObjectCacheOut:
         """Which nodes cache bucket/key, in how many blocks, how much of it, and how it is used."""
+        await auth.check_bucket(principal, bucket)
         rows = await run(queries.copies, bucket, key)
         copies = [CopyOut.model_validate(r) for r in rows]
         return ObjectCacheOut(bucket=bucket, key=key, cached=any(c.state == "ready" for c in copies),
                               copies=copies)
 
-    @api.post("/evict", response_model=Counted, dependencies=auth.write())
-    async def evict(body: EvictIn) -> Counted:
+    @api.post("/evict", response_model=Counted)
+    async def evict(body: EvictIn, principal: Principal = auth.tenant_write()) -> Counted:
         """Drop cached objects under bucket/prefix on this node (the next read fetches again)."""
+        await auth.check_bucket(principal, body.bucket)
         entries, nbytes = await run(container.cache.evict_prefix, body.bucket, body.prefix)
         return Counted(entries=entries, bytes=nbytes)
 

@@ -88,12 +88,13 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     probes = _probes(container)
 
     async def wants_details(credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> bool:
-        """Anonymous: no details. A token must be valid (401) and hold ``read`` (403)."""
+        """Anonymous or bound to a tenant: no details. A token must be valid (401) and hold ``read`` (403)."""
         if credentials is None:
             return False
-        if "read" not in (await auth.identify(credentials)).scopes:
+        principal = await auth.identify(credentials)
+        if "read" not in principal.scopes:
             raise HTTPException(403, "the token lacks the 'read' scope")
-        return True
+        return principal.tenant_id is None  # the details name every bucket's remote: not a tenant's
 
     @api.get("/readyz", response_model=ReadyOut, response_model_exclude_none=True,
              responses={503: {"model": ReadyOut, "description": "Not ready"}})

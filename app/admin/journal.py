@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 from fastapi import APIRouter, Path, Query
 
 from app.adapters.catalog.journal_queries import DIRTY_VALUES, JournalEntry, age_seconds
-from app.admin.auth import Authenticator
+from app.admin.auth import Authenticator, Principal
 from app.admin.common import Out, Prefix, Text, run
 from app.bootstrap import Container
 from app.domain.states import API_WORDS, VersionState
@@ -87,22 +87,27 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     node_id = container.settings.node_id
     api = APIRouter(prefix="/admin", tags=["journal"])
 
-    @api.get("/journal", response_model=EntriesOut, dependencies=auth.read())
+    @api.get("/journal", response_model=EntriesOut)
     async def entries(state: StateName | None = None, bucket: BucketQuery = None, prefix: PrefixQuery = "",
-                      limit: Limit = 100, after_seq: SeqQuery = 0) -> EntriesOut:
+                      limit: Limit = 100, after_seq: SeqQuery = 0,
+                      principal: Principal = auth.tenant_read()) -> EntriesOut:
         """Writes not yet on the remote, oldest first: ``pending`` (buffered, waiting or backing
-        off), ``inflight`` (being uploaded), ``failed`` (refused by the remote; retry after fixing)."""
+        off), ``inflight`` (being uploaded), ``failed`` (refused by the remote; retry after fixing).
+        A token bound to a tenant must name one of its buckets."""
+        await auth.check_bucket(principal, bucket)
         states = [_DOMAIN_STATE[state]] if state else list(DIRTY_VALUES)
         rows = await run(queries.entries, states, bucket, prefix, limit, after_seq)
         now = time.time()
         return EntriesOut(entries=[_entry(e, now) for e in rows])
 
-    @api.get("/journal/summary", response_model=SummaryOut, dependencies=auth.read())
-    async def summary(bucket: BucketQuery = None, prefix: PrefixQuery = "", upto_seq: OptSeqQuery = None) -> SummaryOut:
+    @api.get("/journal/summary", response_model=SummaryOut)
+    async def summary(bucket: BucketQuery = None, prefix: PrefixQuery = "", upto_seq: OptSeqQuery = None,
+                      principal: Principal = auth.tenant_read()) -> SummaryOut:
         """Counts by state and the age of the oldest write not yet on the remote (alert on it).
 
         With ``upto_seq`` (from a flush) only rows up to it count: how far a flush has come.
         """
+        await auth.check_bucket(principal, bucket)
         s = await run(queries.summary, bucket, prefix, upto_seq)
         max_seq = await run(container.journal.max_seq)
         pending, inflight, failed = (s.counts[state.value] for state in
@@ -120,17 +125,20 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
             container.executor.submit(seq)
         return _entry(entry, time.time())
 
-    @api.post("/flush", response_model=FlushOut, dependencies=auth.write())
-    async def flush(bucket: BucketQuery = None, prefix: PrefixQuery = "",
-                    wait: bool = True, timeout: FlushTimeout = 3600) -> FlushOut:
+    @api.post("/flush", response_model=FlushOut)
+    async def flush(bucket: BucketQuery = None, prefix: PrefixQuery = "", wait: bool = True,
+                    timeout: FlushTimeout = 3600, principal: Principal = auth.tenant_write()) -> FlushOut:
         """Destage everything written under bucket/prefix before this call; wait for the remote."""
+        await auth.check_bucket(principal, bucket)
         result = await durability.flush(bucket, prefix, wait=wait, timeout=timeout)
         return FlushOut(upto_seq=result.upto_seq, pending=result.pending, failed=result.failed,
                         durable=result.durable, waited_seconds=round(result.waited_seconds, 3))
 
-    @api.get("/objects", dependencies=auth.read())
-    async def object_states(bucket: ObjectsBucket, prefix: PrefixQuery = "", limit: ObjectsLimit = 1000) -> dict[str, Any]:
+    @api.get("/objects")
+    async def object_states(bucket: ObjectsBucket, prefix: PrefixQuery = "", limit: ObjectsLimit = 1000,
+                            principal: Principal = auth.tenant_read()) -> dict[str, Any]:
         """Durability state of each journaled version under a prefix, newest first."""
+        await auth.check_bucket(principal, bucket)
         rows = await durability.states(bucket, prefix, limit)
         return {"versions": [
             {"seq": r.seq, "key": r.key, "op": r.op, "state": r.state.value, "size": r.size, "etag": r.etag,

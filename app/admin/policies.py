@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import Field, StringConstraints
 
-from app.admin.auth import Authenticator
+from app.admin.auth import Authenticator, Principal
 from app.admin.common import BUCKET_PATTERN, ByteCount, Model, Out, Prefix, run
 from app.bootstrap import Container
 from app.domain.policy import PolicyRule
@@ -88,42 +88,52 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from exc
 
-    @api.get("", response_model=list[PolicyOut], dependencies=auth.read())
-    async def list_policies() -> list[PolicyRule]:
-        return await run(book.stored)
+    async def rule_of(policy_id: int, principal: Principal) -> PolicyRule:
+        rule = await run(book.get, policy_id)
+        if rule is None:
+            raise HTTPException(404, f"no policy with id {policy_id}")
+        await auth.check_bucket(principal, rule.bucket)
+        return rule
 
-    @api.post("", response_model=PolicyOut, dependencies=auth.write(),
-              responses={201: {"model": PolicyOut, "description": "Created"}})
-    async def set_policy(body: PolicyIn, response: Response) -> PolicyRule:
+    @api.get("", response_model=list[PolicyOut])
+    async def list_policies(principal: Principal = auth.tenant_read()) -> list[PolicyRule]:
+        """Every rule; a token bound to a tenant sees the rules of that tenant's buckets only."""
+        rules = await run(book.stored)
+        if principal.tenant_id is None:
+            return rules
+        mine = await auth.visible(principal, sorted({r.bucket for r in rules if r.bucket != "*"}))
+        return [r for r in rules if r.bucket in mine]
+
+    @api.post("", response_model=PolicyOut, responses={201: {"model": PolicyOut, "description": "Created"}})
+    async def set_policy(body: PolicyIn, response: Response, principal: Principal = auth.tenant_write()) -> PolicyRule:
         """Create the rule for (bucket, prefix), or replace its settings (200). Applies without restart."""
+        await auth.check_bucket(principal, body.bucket)
         rule, created = await save(PolicyRule(**body.model_dump()))
         response.status_code = 201 if created else 200
         return rule
 
-    @api.get("/effective", response_model=EffectiveOut, dependencies=auth.read())
-    async def effective(bucket: BucketQuery, key: KeyQuery = "") -> EffectiveOut:
+    @api.get("/effective", response_model=EffectiveOut)
+    async def effective(bucket: BucketQuery, key: KeyQuery = "", principal: Principal = auth.tenant_read()) -> EffectiveOut:
         """The policy a request for ``bucket/key`` gets now, and the rules it was resolved from."""
+        await auth.check_bucket(principal, bucket)
         policy, matching = await run(book.effective, bucket, key)
         return EffectiveOut(bucket=bucket, key=key, policy=EffectivePolicy.model_validate(policy),
                             rules=[PolicyOut.model_validate(r) for r in matching])
 
-    @api.get("/{policy_id}", response_model=PolicyOut, dependencies=auth.read())
-    async def get_policy(policy_id: PolicyIdPath) -> PolicyRule:
-        rule = await run(book.get, policy_id)
-        if rule is None:
-            raise HTTPException(404, f"no policy with id {policy_id}")
-        return rule
+    @api.get("/{policy_id}", response_model=PolicyOut)
+    async def get_policy(policy_id: PolicyIdPath, principal: Principal = auth.tenant_read()) -> PolicyRule:
+        return await rule_of(policy_id, principal)
 
-    @api.put("/{policy_id}", response_model=PolicyOut, dependencies=auth.write())
-    async def replace_policy(policy_id: PolicyIdPath, body: PolicySettings) -> PolicyRule:
+    @api.put("/{policy_id}", response_model=PolicyOut)
+    async def replace_policy(policy_id: PolicyIdPath, body: PolicySettings,
+                             principal: Principal = auth.tenant_write()) -> PolicyRule:
         """Replace a rule's settings (its bucket and prefix stay; create another rule to move it)."""
-        rule = await run(book.get, policy_id)
-        if rule is None:
-            raise HTTPException(404, f"no policy with id {policy_id}")
+        rule = await rule_of(policy_id, principal)
         return (await save(PolicyRule(bucket=rule.bucket, prefix=rule.prefix, **body.model_dump())))[0]
 
-    @api.delete("/{policy_id}", status_code=204, dependencies=auth.write())
-    async def delete_policy(policy_id: PolicyIdPath) -> Response:
+    @api.delete("/{policy_id}", status_code=204)
+    async def delete_policy(policy_id: PolicyIdPath, principal: Principal = auth.tenant_write()) -> Response:
+        await rule_of(policy_id, principal)
         if not await run(book.delete, policy_id):
             raise HTTPException(404, f"no policy with id {policy_id}")
         return Response(status_code=204)

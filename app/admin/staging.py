@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 
-from app.admin.auth import Authenticator
+from app.admin.auth import Authenticator, Principal
 from app.admin.common import BucketName, Model, Name, Out, Prefix, run
 from app.bootstrap import Container
 from app.domain.staging import JobInfo
@@ -79,26 +79,42 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     staging = container.staging
     api = APIRouter(prefix="/admin/staging", tags=["staging"])
 
-    @api.post("", response_model=JobOut, status_code=201, dependencies=auth.write())
-    async def create_job(body: StageIn) -> JobOut:
-        """Start warming bucket/prefix on this node; progress is in ``GET /admin/staging/{id}``."""
-        tenant_id = await run(tenants.id_of, body.tenant) if body.tenant else None
+    @api.post("", response_model=JobOut, status_code=201)
+    async def create_job(body: StageIn, principal: Principal = auth.tenant_write()) -> JobOut:
+        """Start warming bucket/prefix on this node; progress is in ``GET /admin/staging/{id}``.
+        A token bound to a tenant stages that tenant's buckets, counted against its quota."""
+        await auth.check_bucket(principal, body.bucket)
+        if principal.tenant_id is not None:
+            if body.tenant not in (None, principal.tenant):
+                raise HTTPException(403, f"token {principal.name!r} is bound to tenant {principal.tenant!r}")
+            tenant_id: int | None = principal.tenant_id
+        else:
+            tenant_id = await run(tenants.id_of, body.tenant) if body.tenant else None
         job = await staging.start(body.bucket, body.prefix, tenant_id)
         return job_out(job)
 
-    @api.get("", response_model=list[JobOut], dependencies=auth.read())
-    async def list_jobs(state: JobState | None = None, limit: Limit = 50) -> list[JobOut]:
-        """Jobs, newest first."""
+    @api.get("", response_model=list[JobOut])
+    async def list_jobs(state: JobState | None = None, limit: Limit = 50,
+                        principal: Principal = auth.tenant_read()) -> list[JobOut]:
+        """Jobs, newest first (a token bound to a tenant: those on its buckets)."""
         now = time.time()
-        return [job_out(j, now) for j in await run(repo.list, state, limit)]
+        jobs = await run(repo.list, state, limit)
+        mine = await auth.visible(principal, sorted({j.bucket for j in jobs}))
+        return [job_out(j, now) for j in jobs if j.bucket in mine]
 
-    @api.get("/{job_id}", response_model=JobOut, dependencies=auth.read())
-    async def get_job(job_id: JobIdPath) -> JobOut:
-        return job_out(await run(repo.get, job_id))
+    async def job_of(job_id: str, principal: Principal) -> JobInfo:
+        job = await run(repo.get, job_id)
+        await auth.check_bucket(principal, job.bucket)
+        return job
 
-    @api.post("/{job_id}/cancel", response_model=JobOut, dependencies=auth.write())
-    async def cancel_job(job_id: JobIdPath) -> JobOut:
+    @api.get("/{job_id}", response_model=JobOut)
+    async def get_job(job_id: JobIdPath, principal: Principal = auth.tenant_read()) -> JobOut:
+        return job_out(await job_of(job_id, principal))
+
+    @api.post("/{job_id}/cancel", response_model=JobOut)
+    async def cancel_job(job_id: JobIdPath, principal: Principal = auth.tenant_write()) -> JobOut:
         """Stop a queued or running job (409 when it has finished); what it warmed stays cached."""
+        await job_of(job_id, principal)
         job = await staging.cancel(job_id)
         return job_out(job)
 

@@ -32,7 +32,7 @@ _COUNTERS = (
     "ferry_http_requests_total", "ferry_http_request_bytes_total", "ferry_http_response_bytes_total",
     "ferry_cache_requests_total", "ferry_cache_evictions_total", "ferry_destage_attempts_total",
     "ferry_destage_failures_total", "ferry_destaged_bytes_total", "ferry_remote_requests_total",
-    "ferry_remote_circuit_state", "ferry_remote_circuit_rejected_total",
+    "ferry_remote_circuit_state", "ferry_remote_circuit_rejected_total", "ferry_remote_body_errors_total",
 )
 CIRCUIT_NAMES = {0: "closed", 1: "half-open", 2: "open"}
 CACHE_OUTCOMES = ("hit", "miss", "stale", "bypass")
@@ -94,7 +94,10 @@ def stats_document(container: Container) -> dict[str, Any]:
         },
         "remote": {
             "requests": sum(remote.values()),
-            "errors": remote.get("server_error", 0.0) + remote.get("network", 0.0),
+            # Calls that failed, and bodies that failed after good headers (cut short, altered).
+            "errors": remote.get("server_error", 0.0) + remote.get("network", 0.0)
+            + sum(v for _, v in s["ferry_remote_body_errors_total"]),
+            "body_errors": _sum_by(s["ferry_remote_body_errors_total"], "reason"),
             **_circuit(container, s),
         },
         "staging_jobs": _staging_jobs(collector),

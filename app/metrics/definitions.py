@@ -74,7 +74,7 @@ def fleet_served(status: int, nbytes: int = 0) -> None:
 
 
 def revalidated(result: str) -> None:
-    """result: unchanged, changed, deleted, error."""
+    """result: unchanged, changed, deleted, error, deferred (a serve-stale read answered before it)."""
     REVALIDATIONS.labels(result).inc()
 
 
@@ -135,6 +135,11 @@ REMOTE_DURATION = Histogram("ferry_remote_request_duration_seconds",
                             "Remote S3 API call latency, retries included; for GetObject until the headers",
                             ["operation"], buckets=_LATENCY_BUCKETS)
 REMOTE_RETRIES = Counter("ferry_remote_retries_total", "Retries made of remote calls (botocore and the lean GET)", ["operation"])
+# A GET whose headers were fine (counted ok above) can still fail in its body: cut short, reset,
+# or bytes that do not match the stored checksum. Those are remote errors too (the status page's).
+REMOTE_BODY_ERRORS = Counter("ferry_remote_body_errors_total",
+                             "Remote GET bodies that failed after good headers (truncated, network, corrupt)",
+                             ["reason"])
 
 _T0 = "ferry_metrics_t0"
 
@@ -173,6 +178,11 @@ def remote_call_done(operation: str, outcome: str, started: float | None, retrie
         REMOTE_DURATION.labels(operation).observe(time.perf_counter() - started)
     if retries:
         REMOTE_RETRIES.labels(operation).inc(retries)
+
+
+def remote_body_failed(reason: str) -> None:
+    """A remote body failed after its headers: ``truncated``, ``network`` or ``corrupt``."""
+    REMOTE_BODY_ERRORS.labels(reason).inc()
 
 
 def _remote_done(operation: str, outcome: str, context: dict[str, Any]) -> None:

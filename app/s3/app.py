@@ -23,7 +23,7 @@ from app.logs import REQUEST_ID, new_request_id
 from app.s3 import headers as header_families
 from app.s3 import xml
 from app.s3.handlers.common import parse_copy_source
-from app.s3.request import ClientDisconnected, S3Request, parse_query, split_target
+from app.s3.request import BodyRate, ClientDisconnected, S3Request, parse_query, split_target
 from app.s3.response import Response
 from app.s3.router import Route, resolve
 from app.s3.sigv2 import SigV2Verifier, access_key_v2, is_sigv2
@@ -76,9 +76,10 @@ class AccessKeys(Protocol):
 class S3App:
     def __init__(self, gateway: Gateway, catalog: AccessKeys, *, domain: str | None = None,
                  max_skew_seconds: int = 900, body_timeout: float | None = None,
-                 read_deadline: float | None = None) -> None:
+                 body_min_rate: BodyRate | None = None, read_deadline: float | None = None) -> None:
         self.gateway = gateway
         self.body_timeout = body_timeout
+        self.body_min_rate = body_min_rate if body_min_rate is not None and body_min_rate.enabled else None
         self.deadlines = DeadlineWatch(read_deadline or 0.0)
         self.catalog = catalog
         self.domain = domain.lower() if domain else None
@@ -156,7 +157,7 @@ class S3App:
         query = parse_query(scope.get("query_string", b""))
         return S3Request(scope["method"], bucket, key, query, headers, raw_path, receive,  # type: ignore[arg-type]
                          request_id=request_id, zero_copy=ZEROCOPY in (scope.get("extensions") or {}),
-                         body_timeout=self.body_timeout)
+                         body_timeout=self.body_timeout, body_min_rate=self.body_min_rate)
 
     async def _authenticate(self, req: S3Request, scope: Scope) -> None:
         query_string = scope.get("query_string", b"")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +72,7 @@ class S3Request:
     request_id: str = ""
     zero_copy: bool = False  # the server sends file ranges itself (ASGI zerocopysend offered)
     body_timeout: float | None = None  # longest wait for the next body bytes (RequestTimeout)
+    body_min_rate: BodyRate | None = None  # slowest body the gateway waits for (RequestTimeout)
     _body: RequestBody | None = field(default=None, repr=False)
 
     def header(self, name: str, default: str | None = None) -> str | None:
@@ -96,6 +99,19 @@ class S3Request:
         return bytes(out)
 
 
+@dataclass(frozen=True)
+class BodyRate:
+    """The slowest a client may send a body: ``bytes_per_second`` over ``window`` seconds of the
+    gateway waiting for it (time the gateway spends on the bytes is not the client's)."""
+
+    bytes_per_second: int
+    window: float
+
+    @property
+    def enabled(self) -> bool:
+        return self.bytes_per_second > 0 and self.window > 0
+
+
 class RequestBody:
     """Decoded payload of a request: aws-chunked framing removed, trailers kept aside."""
 
@@ -115,6 +131,8 @@ class RequestBody:
         decoded = headers.get("x-amz-decoded-content-length")
         self.declared_size = _int_header(decoded) if self.decoder else self.declared_raw
         self.payload_sha256 = sha if sha and len(sha) == 64 else None
+        self._waited = 0.0  # seconds spent waiting for the client in the current rate window
+        self._window_bytes = 0
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._iterate()
@@ -155,11 +173,38 @@ class RequestBody:
         ``body_timeout`` seconds: a stalled upload must not hold its reservation, its staging file
         and its connection for ever. The answer closes the connection (its body was not read)."""
         timeout = self.request.body_timeout
-        if timeout is None:
+        rate = self.request.body_min_rate
+        if timeout is None and rate is None:
             return await self.request.receive()
-        with anyio.move_on_after(timeout):
-            return await self.request.receive()
-        raise S3Error("RequestTimeout", headers={"Connection": "close"})
+        idle = 0.0
+        while True:
+            wait = math.inf if timeout is None else timeout - idle
+            if rate is not None:
+                wait = min(wait, rate.window - self._waited)
+            started = time.monotonic()
+            message: dict[str, Any] | None = None
+            with anyio.move_on_after(max(0.0, wait)):
+                message = await self.request.receive()
+            spent = time.monotonic() - started
+            idle += spent
+            if rate is not None:
+                self._judge_rate(rate, spent, len(message.get("body", b"")) if message is not None else 0)
+            if message is not None:
+                return message
+            if timeout is not None and idle >= timeout:
+                raise S3Error("RequestTimeout", headers={"Connection": "close"})
+
+    def _judge_rate(self, rate: BodyRate, waited: float, nbytes: int) -> None:
+        """Count ``nbytes`` that came after ``waited`` seconds; at the window's end, a client that
+        sent fewer than ``bytes_per_second`` per second of waiting gets RequestTimeout (and the
+        connection is closed: the rest of its body is never read)."""
+        self._waited += waited
+        self._window_bytes += nbytes
+        if self._waited < rate.window:
+            return
+        if self._window_bytes < rate.bytes_per_second * self._waited:
+            raise S3Error("RequestTimeout", headers={"Connection": "close"})
+        self._waited, self._window_bytes = 0.0, 0
 
 
 def _int_header(value: str | None) -> int | None:

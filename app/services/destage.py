@@ -57,7 +57,12 @@ def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurren
            conditional: bool = False) -> str:
     """Write one object version to the remote; returns the remote ETag (verified equal to ours).
 
-    ``fence()`` is asked right before a multipart upload's commit point (Complete); False aborts it.
+    ``fence()`` renews the destage lease; it is asked right before each request that writes the
+    key (PutObject, CreateMultipartUpload, Complete, Abort): False or an error (the catalog
+    unreachable) raises LeaseLost and nothing more is sent. So every such request starts with a
+    whole lease ahead of it, and another worker can claim the row only once it is over: two
+    destages of one key are never at the remote at once (a lease that lapsed while the catalog was
+    restarting no longer lets the old worker write on).
     ``conditional``: a single PutObject carries If-Match (or If-None-Match) on the ETag the remote
     has now, so it fails with PreconditionFailed if another write lands before it does.
     """
@@ -67,10 +72,26 @@ def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurren
             copies.wait_idle(spec.bucket, spec.key, timeout=1800)
         remote_etag = _upload_multipart(remote, store, spec, part_concurrency, fence)
     else:
-        remote_etag = _put_single(remote, store, spec, conditional)
+        remote_etag = _put_single(remote, store, spec, conditional, fence)
     if remote_etag and remote_etag != spec.etag:
         raise S3Error("InternalError", f"the remote reported ETag {remote_etag}, expected {spec.etag}")
     return remote_etag or spec.etag
+
+
+def _holds(fence: Callable[[], bool] | None) -> bool:
+    """True when the lease is (still) ours, renewed just now; False when lost or unknown."""
+    if fence is None:
+        return True
+    try:
+        return bool(fence())
+    except Exception:  # the catalog did not answer: the lease may lapse before the request ends
+        log.warning("could not renew a destage lease before writing the remote", exc_info=True)
+        return False
+
+
+def _fenced(fence: Callable[[], bool] | None, bucket: str, key: str, what: str) -> None:
+    if not _holds(fence):
+        raise LeaseLost(f"lost (or could not renew) the destage lease of {bucket}/{key} before {what}")
 
 
 def _expectation(remote: RemotePort, bucket: str, key: str) -> dict[str, str]:
@@ -82,10 +103,12 @@ def _expectation(remote: RemotePort, bucket: str, key: str) -> dict[str, str]:
     return {"if_match": current} if current is not None else {"if_none_match": "*"}
 
 
-def _put_single(remote: RemotePort, store: BlobPort, spec: UploadSpec, conditional: bool) -> str:
+def _put_single(remote: RemotePort, store: BlobPort, spec: UploadSpec, conditional: bool,
+                fence: Callable[[], bool] | None = None) -> str:
     piece = spec.blobs[0] if spec.blobs else None
     md5_b64 = base64.b64encode(bytes.fromhex(spec.etag)).decode()
     condition = _expectation(remote, spec.bucket, spec.key) if conditional else {}
+    _fenced(fence, spec.bucket, spec.key, "PutObject")
     if piece is None:
         return remote.put_object(spec.bucket, spec.key, io.BytesIO(b""), 0, md5_b64, spec.content_headers,
                                  spec.metadata, spec.checksums, **condition)
@@ -94,13 +117,16 @@ def _put_single(remote: RemotePort, store: BlobPort, spec: UploadSpec, condition
                                  spec.metadata, spec.checksums, **condition)
 
 
-def delete(remote: RemotePort, bucket: str, key: str, conditional: bool = False) -> None:
+def delete(remote: RemotePort, bucket: str, key: str, conditional: bool = False,
+           fence: Callable[[], bool] | None = None) -> None:
     """Delete the key remotely; ``conditional``: only the version found under the lease."""
     if not conditional:
+        _fenced(fence, bucket, key, "DeleteObject")
         remote.delete_object(bucket, key)
         return
     current = remote.current_etag(bucket, key)
     if current is not None:  # absent: nothing to delete (and nothing newer to undo)
+        _fenced(fence, bucket, key, "DeleteObject")
         remote.delete_object(bucket, key, if_match=current)
 
 
@@ -124,6 +150,7 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
                 raise
     reused = upload_id is not None
     if upload_id is None:
+        _fenced(fence, spec.bucket, spec.key, "CreateMultipartUpload")
         upload_id = remote.create_multipart(spec.bucket, spec.key, spec.content_headers, spec.metadata,
                                             spec.checksum_algorithm, _checksum_type(spec))
     numbered = all(p.number for p in spec.blobs)
@@ -144,11 +171,12 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
             for f in futures:
                 f.result()
         parts = [(n, piece.etag, piece.checksums) for n, piece in zip(numbers, spec.blobs, strict=True)]
-        if fence is not None and not fence():
-            raise LeaseLost(f"lost the destage lease of {spec.bucket}/{spec.key} before completing it")
+        _fenced(fence, spec.bucket, spec.key, "completing it")
         return remote.complete_multipart(spec.bucket, spec.key, upload_id, parts)
-    except BaseException:
-        if not reused:  # a reused upload keeps its parts for the retry
+    except BaseException as exc:
+        # A reused upload keeps its parts for the retry. An abort is a write of the key too: only
+        # under a live lease; otherwise the remote-uploads chore removes the orphan later.
+        if not reused and not isinstance(exc, LeaseLost) and _holds(fence):
             remote.abort_multipart(spec.bucket, spec.key, upload_id)
         raise
 
@@ -205,13 +233,13 @@ class Destager:
             # newer one: multipart re-checks the lease at its commit point (Complete); a single
             # request is conditional on the remote's state read under the lease, where honoured.
             conditional = self.remote.conditional_writes(row.bucket)
+            fence = lambda: self.journal.renew(row, self.lease_seconds)  # noqa: E731
             if row.is_delete:
-                delete(self.remote, row.bucket, row.key, conditional)
+                delete(self.remote, row.bucket, row.key, conditional, fence=fence)
                 remote_etag = ""
             else:
                 remote_etag = upload(self.remote, self.store, spec_of(row), self.part_concurrency,
-                                     fence=lambda: self.journal.renew(row, self.lease_seconds),
-                                     copies=self.part_copies, conditional=conditional)
+                                     fence=fence, copies=self.part_copies, conditional=conditional)
         except Exception as exc:  # any failure: keep the bytes, retry later
             stop.set()
             renewer.join()
@@ -265,10 +293,11 @@ class Destager:
         # An unreachable or overloaded remote (5xx, connection errors), or one that refuses our
         # credentials (a key revoked before its rotation reached this process), is an outage,
         # not a fault of this object: keep retrying at the capped backoff, so everything
-        # destages when the remote (or its new key) is back. Only refusals of the object itself
+        # destages when the remote (or its new key) is back. A lease lost or not renewable (the catalog
+        # restarting) is not the object's fault either. Only refusals of the object itself
         # (other 4xx, AccessDenied included) use up the attempts.
         outage = (isinstance(exc, S3Error) and (exc.status >= 500 or exc.code in CREDENTIAL_REFUSALS)) \
-            or isinstance(exc, ConnectionError | TimeoutError)
+            or isinstance(exc, ConnectionError | TimeoutError | LeaseLost)
         failed = attempts >= self.max_attempts and not outage
         delay = backoff_seconds(attempts, self.backoff_base, self.backoff_cap) * random.uniform(0.5, 1.0)
         message = f"{type(exc).__name__}: {exc}"

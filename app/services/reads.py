@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 
 from app import metrics
-from app.adapters.remote import read_available
+from app.adapters.remote import body_failure, read_available
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import (
@@ -234,9 +234,11 @@ class ReadsService(GatewayCore):
                 if not chunk:
                     return
                 yield chunk
-        except S3Error:
+        except S3Error as exc:
+            metrics.remote_body_failed(body_failure(exc))
             raise
         except Exception as exc:  # a remote that drops mid-body must end the response, not hang
+            metrics.remote_body_failed(body_failure(exc))
             raise S3Error("ServiceUnavailable", f"The remote stream failed: {exc}") from exc
         finally:
             body.close()

@@ -36,25 +36,36 @@ def fuzz_gateway(seaweed: SeaweedServer, tmp_path_factory: pytest.TempPathFactor
 
 # Examples per operation by the token's scope: the admin token explores most; the others check
 # that no input makes a 5xx and that a token never does more than its scope allows.
-SCOPES = {"admin": MAX_EXAMPLES, "write": 8, "read": 8}
+# "tenant-*": a token bound to a tenant that owns no bucket the generated input can name.
+SCOPES = {"admin": MAX_EXAMPLES, "write": 8, "read": 8, "tenant-write": 3, "tenant-read": 2}
 READ_SCOPED_POSTS = ("/admin/remotes/{remote_id}/check",)  # read-scoped despite the method
+# What a bound token may get a 2xx from when it names none of its tenant's buckets: filtered lists.
+TENANT_OPEN = {("GET", "/admin/buckets"), ("GET", "/admin/policies"), ("GET", "/admin/staging"),
+               ("GET", "/readyz"), ("GET", "/healthz")}
 
 
 def _token(gw: GatewayProcess, scope: str) -> dict[str, str]:
     if scope == "admin":
         return AUTH
-    made = httpx.post(f"{gw.endpoint}/admin/tokens", headers=AUTH, timeout=30,
-                      json={"name": f"fuzz-{scope}-{uuid.uuid4().hex[:6]}", "scopes": [scope]})
+    body: dict[str, Any] = {"name": f"fuzz-{scope}-{uuid.uuid4().hex[:6]}", "scopes": [scope.split("-")[-1]]}
+    if scope.startswith("tenant-"):
+        body["tenant"] = f"fuzz-tenant-{uuid.uuid4().hex[:6]}"
+        assert httpx.post(f"{gw.endpoint}/admin/tenants", headers=AUTH, timeout=30,
+                          json={"name": body["tenant"]}).status_code == 201
+    made = httpx.post(f"{gw.endpoint}/admin/tokens", headers=AUTH, timeout=30, json=body)
     assert made.status_code == 201, made.text
     return {"Authorization": f"Bearer {made.json()['token']}"}
 
 
 def _beyond_scope(scope: str, method: str, path: str, status: int) -> bool:
-    """A 2xx the token's scope does not allow: token management without admin, a change with read."""
+    """A 2xx the token's scope does not allow: token management without admin, a change with read,
+    anything but a filtered list for a token bound to a tenant."""
     if not 200 <= status < 300 or scope == "admin":
         return False
     if path.startswith("/admin/tokens"):
         return True
+    if scope.startswith("tenant-"):
+        return (method, path) not in TENANT_OPEN
     return scope == "read" and method not in ("GET", "HEAD") and path not in READ_SCOPED_POSTS
 
 

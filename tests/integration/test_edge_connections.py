@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.support.gateway import GatewayProcess
 from tests.support.reliability import Tally
@@ -31,7 +32,8 @@ CAP = 40  # FERRY_HTTP_LIMIT_CONCURRENCY for this module's gateway
 
 @pytest.fixture(scope="module")
 def gw(seaweed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    env = {"FERRY_HTTP_LIMIT_CONCURRENCY": str(CAP), "FERRY_HTTP_HEADER_TIMEOUT": "3"}
+    env = {"FERRY_HTTP_LIMIT_CONCURRENCY": str(CAP), "FERRY_HTTP_HEADER_TIMEOUT": "3",
+           "FERRY_BODY_MIN_RATE": "1024", "FERRY_BODY_MIN_RATE_WINDOW": "2"}
     with GatewayProcess(seaweed, tmp_path_factory.mktemp("edge-conn"), env=env) as gateway:
         yield gateway
 
@@ -54,10 +56,11 @@ def fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def read_answer(sock: socket.socket, timeout: float = 10) -> tuple[int, dict[str, str], bytes, bool]:
-    """(status, headers, body, closed after it) of one HTTP answer on ``sock``."""
+def read_answer(sock: socket.socket, timeout: float = 10, data: bytes = b"",
+                strict_close: bool = False) -> tuple[int, dict[str, str], bytes, bool]:
+    """(status, headers, body, closed after it) of one HTTP answer on ``sock`` (``data``: its
+    first bytes, already received). ``strict_close``: silence until the timeout is not a close."""
     sock.settimeout(timeout)
-    data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         if not chunk:
@@ -73,7 +76,9 @@ def read_answer(sock: socket.socket, timeout: float = 10) -> tuple[int, dict[str
         body += chunk
     try:
         closed = sock.recv(1) == b""
-    except (TimeoutError, ConnectionResetError):
+    except TimeoutError:
+        closed = not strict_close
+    except ConnectionResetError:
         closed = True
     return int(status_line.split()[1]), headers, body, closed
 
@@ -218,3 +223,49 @@ def test_slow_loris_headers_and_idle_keep_alive_close(gw: GatewayProcess, tally:
     tally.op(expected=closed and took < 6, what=f"slow-loris headers closed after {took:.1f} s")
     tally.op(expected=silent_closed, what="silent connection closed")
     assert closed and took < 6 and silent_closed
+
+
+def test_slow_loris_body_gets_request_timeout_and_nothing_is_stored(gw: GatewayProcess, tally: Tally) -> None:
+    """A PUT body trickled at ~40 bytes/s (well under 1 KiB/s over the 2 s window configured here)
+    is cut off with S3's 400 RequestTimeout and the connection closed, long before the 20 s idle
+    timeout would; the key does not exist afterwards. A PUT at full speed still works."""
+    client = gw.client(signature_version="s3v4")
+    bucket = f"slow-body-{os.getpid()}"
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key="fast", Body=b"f" * 200_000)
+    url = httpx.URL(client.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "slow"},
+                                                  ExpiresIn=300))
+    target = url.raw_path.decode()
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        sock.sendall(f"PUT {target} HTTP/1.1\r\nHost: {url.netloc.decode()}\r\n"
+                     f"Content-Length: 100000\r\n\r\n".encode())
+        started = time.monotonic()
+        sock.settimeout(0.25)
+        answer = b""
+        while time.monotonic() - started < 15 and b"\r\n\r\n" not in answer:
+            with contextlib.suppress(OSError):
+                sock.sendall(b"x" * 10)
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+        took = time.monotonic() - started
+        status, _, body, closed = read_answer(sock, 5, answer, strict_close=True)
+    print(f"slow body: {status} after {took:.1f} s, closed={closed}: {body[:120]!r}")
+    stored = True
+    try:
+        client.head_object(Bucket=bucket, Key="slow")
+    except ClientError as err:
+        stored = err.response["ResponseMetadata"]["HTTPStatusCode"] != 404
+    ok = status == 400 and b"<Code>RequestTimeout</Code>" in body and closed and took < 8 and not stored
+    tally.op(expected=ok, what=f"slow-loris body: {status} after {took:.1f} s, closed={closed}, stored={stored}")
+    assert status == 400 and b"<Code>RequestTimeout</Code>" in body, (status, body)
+    assert closed and took < 8, (closed, took)
+    assert not stored
+    assert client.get_object(Bucket=bucket, Key="fast")["Body"].read() == b"f" * 200_000
+

@@ -9,6 +9,7 @@ GET took minutes to answer; this test sets FERRY_REMOTE_READ_TIMEOUT=2 and keeps
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -173,3 +174,45 @@ def test_request_deadline_with_default_remote_timeouts(hung_remote: SeaweedServe
             assert stats["remote"]["circuit_rejected"] >= 1, stats["remote"]
         finally:
             hung_remote.resume()
+
+
+def revalidations(gw: GatewayProcess, result: str) -> float:
+    """ferry_cache_revalidations_total{result=...} from the gateway's /metrics (0 when absent)."""
+    text = httpx.get(f"{gw.endpoint}/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("ferry_cache_revalidations_total{") and f'result="{result}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_serve_stale_answers_at_once_while_the_remote_hangs(hung_remote: SeaweedServer, tmp_path: Path) -> None:
+    """An expired entry under serve_stale is answered from the cache at once while the remote hangs
+    (issue 15: it waited 240 s, then the request deadline): its conditional HEAD goes on in the
+    background, and once the remote is back the entry is revalidated (304) and served as a hit."""
+    bucket = hung_remote.create_bucket("hung-stale")
+    body = b"stale but served" * 100
+    hung_remote.client().put_object(Bucket=bucket, Key="stale/obj", Body=body)
+    policies = [{"bucket": "*", "prefix": "stale/", "revalidate": "ttl", "ttl_seconds": 0.5, "serve_stale": True}]
+    env = {**HUNG_ENV, "FERRY_POLICIES": json.dumps(policies), "FERRY_CACHE_REVALIDATE_INTERVAL": "0",
+           "FERRY_REMOTE_CIRCUIT_COOLDOWN": "1"}
+    with GatewayProcess(hung_remote, tmp_path / "gw", env=env) as gw:
+        client = gw.client(read_timeout=120, connect_timeout=5, retries={"total_max_attempts": 1})
+        assert client.get_object(Bucket=bucket, Key="stale/obj")["Body"].read() == body  # cached
+        time.sleep(0.7)  # past the TTL
+        hung_remote.pause()
+        try:
+            times = []
+            for _ in range(3):
+                started = time.monotonic()
+                assert client.get_object(Bucket=bucket, Key="stale/obj")["Body"].read() == body
+                times.append(time.monotonic() - started)
+            print(f"stale answers while the remote hangs: {[round(t * 1000) for t in times]} ms")
+            assert max(times) < 1.0, times  # a behaviour bound (no remote wait), not a benchmark
+            assert revalidations(gw, "deferred") >= 1
+        finally:
+            hung_remote.resume()
+        deadline = time.monotonic() + 30
+        while revalidations(gw, "unchanged") < 1:  # the background HEAD, or the next read's, gets its 304
+            assert time.monotonic() < deadline, "the entry was never revalidated after the remote came back"
+            assert client.get_object(Bucket=bucket, Key="stale/obj")["Body"].read() == body
+            time.sleep(0.5)

@@ -80,7 +80,10 @@ def service(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
 @pytest.mark.fleet
 @pytest.mark.restarts_services
 @pytest.mark.xfail(strict=False, reason="known, under investigation: after a PostgreSQL restart under load the "
-                   "proxy once saw two writes of one key at the remote at once (lost=0, corrupted=0)")
+                   "proxy saw two writes of one key at the remote at once (lost=0, corrupted=0). One cause is "
+                   "closed (a worker whose lease lapsed while the catalog restarted wrote on: every write of a key "
+                   "now starts under a lease renewed just before it); 1 run in 13 since still saw it. The proxy "
+                   "prints the overlapping requests when it happens")
 @pytest.mark.parametrize("service", list(SERVICES), indirect=True)
 def test_service_restart_under_load(service: dict[str, Any], fleet_node: Callable[..., FleetNode], seaweed: Any,
                                     recorder: Callable[[str, str], Record], request: pytest.FixtureRequest) -> None:
@@ -123,5 +126,8 @@ def test_service_restart_under_load(service: dict[str, Any], fleet_node: Callabl
         leaks = check_leaks(rec, node, bucket)
         if proxy.max_concurrent_writes > 1:
             rec.odd(f"{proxy.max_concurrent_writes} writes of one key were at the remote at once")
+            print("overlapping writes:", *proxy.overlaps[:5], sep="\n  ")
+            if os.environ.get("FERRY_DEBUG_OVERLAPS"):
+                print("WORKER LOG", node.worker.log_tail(20000), "GATEWAY LOG", node.gw.log_tail(20000))
     print(f"{name}: {rec.as_json()}; leaks {leaks}; most writes of a key at once: {proxy.max_concurrent_writes}")
     rec.assert_clean()

@@ -73,7 +73,9 @@ class CountingProxy:
         self.truncate_ratio = 0.0  # share of GET bodies cut (clean close) half-way, Content-Length promising all
         self.faults = 0
         self.max_concurrent_writes = 0
+        self.overlaps: list[str] = []  # the requests of each moment two writes of a key were in flight
         self._writes: dict[str, int] = {}
+        self._writing: dict[str, list[str]] = {}  # key -> the writes in flight ("METHOD path?query")
         self._lock = threading.Lock()
         self._busy = threading.Condition()
         self._in_flight = 0
@@ -93,9 +95,13 @@ class CountingProxy:
                 key = self.path.partition("?")[0]
                 with proxy._busy:
                     proxy._in_flight += 1
+                    what = f"{time.time():.3f} {self.command} {self.path}"
                     if write:
                         proxy._writes[key] = proxy._writes.get(key, 0) + 1
                         proxy.max_concurrent_writes = max(proxy.max_concurrent_writes, proxy._writes[key])
+                        proxy._writing.setdefault(key, []).append(what)
+                        if proxy._writes[key] > 1:
+                            proxy.overlaps.append(" | ".join(proxy._writing[key]))
                 try:
                     self._relay()
                 finally:
@@ -103,6 +109,7 @@ class CountingProxy:
                         proxy._in_flight -= 1
                         if write:
                             proxy._writes[key] -= 1
+                            proxy._writing[key].remove(what)
                         proxy._busy.notify_all()
 
             def _reset(self) -> None:

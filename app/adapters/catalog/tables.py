@@ -257,6 +257,8 @@ class AdminToken(Base):
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
     last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Bound to one tenant (read/write only): sees and changes that tenant's buckets, nothing else.
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=True)
 
 
 class Remote(Base):

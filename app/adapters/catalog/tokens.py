@@ -6,13 +6,14 @@ import hashlib
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
 from app.adapters.catalog.errors import Conflict, NotFound
-from app.adapters.catalog.tables import AdminToken
+from app.adapters.catalog.tables import AdminToken, Tenant
 
 TOKEN_PREFIX = "fat_"  # "ferry admin token": recognisable in logs and secret scanners
 TOUCH_EVERY_SECONDS = 60.0
@@ -30,34 +31,46 @@ class TokenInfo:
     disabled: bool
     created_at: float
     last_used_at: float | None
+    tenant_id: int | None = None  # a token bound to one tenant sees and changes only its buckets
+    tenant: str | None = None
 
 
-def _info(row: AdminToken) -> TokenInfo:
-    return TokenInfo(row.id, row.name, row.scopes.split(), row.disabled, row.created_at, row.last_used_at)
+def _info(row: AdminToken, tenant: str | None = None) -> TokenInfo:
+    return TokenInfo(row.id, row.name, row.scopes.split(), row.disabled, row.created_at, row.last_used_at,
+                     row.tenant_id, tenant)
+
+
+def _with_tenant() -> Any:
+    return select(AdminToken, Tenant.name).outerjoin(Tenant, Tenant.id == AdminToken.tenant_id)
 
 
 class TokenRepo:
     def __init__(self, engine: Engine) -> None:
         self.sessions = sessionmaker(engine, expire_on_commit=False)
 
-    def create(self, name: str, scopes: list[str]) -> tuple[TokenInfo, str]:
-        """A new token; the secret is returned here and never again."""
+    def create(self, name: str, scopes: list[str], tenant: str | None = None) -> tuple[TokenInfo, str]:
+        """A new token (bound to ``tenant`` when given); the secret is returned here and never again."""
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
         try:
             with self.sessions.begin() as s:
                 if s.scalar(select(AdminToken.id).where(AdminToken.name == name)) is not None:
                     raise Conflict(f"a token named {name!r} exists")
+                tenant_id = None
+                if tenant is not None:
+                    tenant_id = s.scalar(select(Tenant.id).where(Tenant.name == tenant))
+                    if tenant_id is None:
+                        raise NotFound(f"no tenant named {tenant!r}")
                 row = AdminToken(name=name, token_sha256=token_hash(secret), scopes=" ".join(scopes),
-                                 disabled=False, created_at=time.time())
+                                 disabled=False, created_at=time.time(), tenant_id=tenant_id)
                 s.add(row)
                 s.flush()
-                return _info(row), secret
+                return _info(row, tenant), secret
         except IntegrityError as exc:  # created concurrently
             raise Conflict(f"a token named {name!r} exists") from exc
 
     def list(self) -> list[TokenInfo]:
         with self.sessions() as s:
-            return [_info(r) for r in s.scalars(select(AdminToken).order_by(AdminToken.id))]
+            return [_info(r, t) for r, t in s.execute(_with_tenant().order_by(AdminToken.id))]
 
     def set_disabled(self, token_id: int, disabled: bool) -> TokenInfo:
         with self.sessions.begin() as s:
@@ -65,16 +78,18 @@ class TokenRepo:
             if row is None:
                 raise NotFound(f"no token with id {token_id}")
             row.disabled = disabled
-            return _info(row)
+            tenant = s.scalar(select(Tenant.name).where(Tenant.id == row.tenant_id)) if row.tenant_id else None
+            return _info(row, tenant)
 
     def verify(self, secret: str) -> TokenInfo | None:
         """The enabled token with this secret, or None; notes when it was last used (coarsely)."""
         digest = token_hash(secret)
         with self.sessions() as s:
-            row = s.scalar(select(AdminToken).where(AdminToken.token_sha256 == digest, AdminToken.disabled.is_(False)))
-            if row is None:
+            found = s.execute(_with_tenant().where(AdminToken.token_sha256 == digest,
+                                                   AdminToken.disabled.is_(False))).first()
+            if found is None:
                 return None
-            info = _info(row)
+            info = _info(*found)
         now = time.time()
         if info.last_used_at is None or now - info.last_used_at > TOUCH_EVERY_SECONDS:
             with self.sessions.begin() as s:

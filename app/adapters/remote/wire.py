@@ -4,6 +4,7 @@ metadata as boto3 parameters, header strings as the client's bytes, bodies as th
 from __future__ import annotations
 
 import contextlib
+import http.client
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,6 +70,20 @@ def translate_errors(bucket: str | None = None, key: str | None = None) -> Itera
         raise S3Error("ServiceUnavailable", f"The remote region is unreachable: {exc}") from exc
     except botocore.exceptions.BotoCoreError as exc:
         raise S3Error("ServiceUnavailable", f"Remote request failed: {exc}") from exc
+
+
+_TRUNCATED = (botocore.exceptions.IncompleteReadError, urllib3.exceptions.IncompleteRead, http.client.IncompleteRead)
+
+
+def body_failure(exc: BaseException) -> str:
+    """Why a remote body failed, for ``metrics.remote_body_failed``: ``truncated`` (it ended before
+    its Content-Length) or ``network`` (reset, timeout)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, _TRUNCATED) or any(isinstance(arg, _TRUNCATED) for arg in seen.args):
+            return "truncated"
+        seen = seen.__cause__ or seen.__context__
+    return "network"
 
 
 def read_available(body: Any, amt: int) -> bytes:

@@ -65,6 +65,8 @@ class CacheBase:
         self._added_since_check = 0
         self._evicting = False
         self._tasks: list[asyncio.Task[None]] = []
+        # Conditional HEADs in flight per entry id: serve-stale readers share one, and may leave it.
+        self._revalidating: dict[int, asyncio.Future[tuple[Entry | None, str]]] = {}
         self.scrub = Scrub(store)  # checks block bytes in the background; hits check only headers
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:

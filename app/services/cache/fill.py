@@ -27,7 +27,7 @@ import anyio.to_thread
 
 from app import metrics
 from app.adapters.blockformat import DATA_OFFSET
-from app.adapters.remote import read_available
+from app.adapters.remote import body_failure, read_available
 from app.domain.cache import Entry
 from app.domain.checksums import new_checksum, whole_object_checksum
 from app.domain.errors import S3Error
@@ -228,7 +228,11 @@ class Filling(CacheBase):
         while True:
             want = min(FETCH_CHUNK, job.length - fill.file.written) or FETCH_CHUNK
             # The first bytes are forwarded as soon as they arrive (time to first byte).
-            chunk = read_available(job.body, want) if not fill.file.written else job.body.read(want)
+            try:
+                chunk = read_available(job.body, want) if not fill.file.written else job.body.read(want)
+            except Exception as exc:
+                metrics.remote_body_failed(body_failure(exc))
+                raise
             if not chunk:
                 break
             fill.file.write(chunk)
@@ -245,9 +249,11 @@ class Filling(CacheBase):
         """Step 2: the block is whole, and (for a whole object) matches the remote's checksum."""
         written = job.fill.file.written
         if written != job.length:
+            metrics.remote_body_failed("truncated")
             raise S3Error("ServiceUnavailable", f"the remote sent {written} of {job.length} bytes")
         if job.digest is not None and job.expected is not None and job.digest.b64digest() != job.expected[1]:
             metrics.cache_corrupt()
+            metrics.remote_body_failed("corrupt")
             raise S3Error("InternalError", f"The remote's bytes do not match its stored {job.expected[0]} "
                           "checksum; nothing was cached.")
 

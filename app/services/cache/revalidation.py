@@ -1,11 +1,17 @@
 """Revalidation: a stale entry is checked with a conditional HEAD before it is served; in bulk,
 a bucket's entries are compared with the remote listing (one LIST per 1000 keys), dropping those
 whose object changed or was deleted.
+
+Under ``serve_stale`` a read waits at most ``STALE_WAIT`` for its HEAD: a hung or slow remote must
+not hold an answer the cache already has. The HEAD goes on in the background (one per entry, shared
+by every reader of it) and its answer still updates the index: validated, or dropped if changed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 from app import metrics
 from app.domain.cache import Entry
@@ -15,6 +21,20 @@ from app.domain.policy import Policy
 from app.services.cache.base import CacheBase
 
 log = logging.getLogger("ferry.cache")
+
+STALE_WAIT = 0.25  # seconds a serve-stale read waits for its revalidation before answering stale
+
+
+def _settled(running: dict[int, Any], tasks: list[Any], entry_id: int, task: asyncio.Future[Any]) -> None:
+    """A background revalidation ended: forget it, and take its error so nothing warns of it."""
+    if running.get(entry_id) is task:
+        del running[entry_id]
+    if task in tasks:
+        tasks.remove(task)
+    if not task.cancelled() and task.exception() is not None:
+        err = task.exception()
+        if not isinstance(err, S3Error):
+            log.warning("revalidation of an entry failed: %r", err)
 
 
 def _before(key: str) -> str:
@@ -31,7 +51,25 @@ class Revalidation(CacheBase):
     """Checking entries against the remote."""
 
     async def _revalidate(self, entry: Entry, bucket: str, key: str, policy: Policy) -> tuple[Entry | None, str]:
-        """A stale entry: one conditional HEAD. 304 or the same ETag keeps it ('hit'); a new ETag
+        """A stale entry: revalidate it; under serve-stale, answer 'stale' at once if the remote has
+        not answered within ``STALE_WAIT`` and let the HEAD finish in the background."""
+        if not policy.serve_stale:
+            return await self._check(entry, bucket, key, policy)
+        running = self._revalidating
+        task = running.get(entry.id)
+        if task is None:
+            task = asyncio.ensure_future(self._check(entry, bucket, key, policy))
+            running[entry.id] = task
+            self._tasks.append(task)  # type: ignore[arg-type]  # stop() cancels what is left
+            task.add_done_callback(lambda t, entry_id=entry.id: _settled(running, self._tasks, entry_id, t))
+        await asyncio.wait({task}, timeout=STALE_WAIT)
+        if task.done():
+            return task.result()
+        metrics.revalidated("deferred")
+        return entry, "stale"
+
+    async def _check(self, entry: Entry, bucket: str, key: str, policy: Policy) -> tuple[Entry | None, str]:
+        """One conditional HEAD. 304 or the same ETag keeps it ('hit'); a new ETag
         drops it ('miss'); a deleted object drops it and raises; a remote error gives 'stale' if
         the policy serves stale, else ServiceUnavailable."""
         try:
