@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -69,28 +68,57 @@ def lower_priority(nice: int) -> None:
 
 
 class BackgroundThreads:
-    """A thread pool at lower CPU priority, for blocking background work (started lazily)."""
+    """Daemon threads at lower CPU priority for blocking background work (started lazily).
+
+    Daemon threads: a process that is told to stop does not wait at exit for a part copy stuck
+    on an unreachable remote (the journal has the rows; the next start destages them again). The
+    executor's ``stop`` still waits for the destages it started (``shutdown``)."""
 
     def __init__(self, workers: int, nice: int = 10, name: str = "ferry-bg") -> None:
         self.workers = workers
         self.nice = nice
         self.name = name
-        self._pool: ThreadPoolExecutor | None = None
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def _get(self) -> ThreadPoolExecutor:
+    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+        lower_priority(self.nice)
+        while (job := jobs.get()) is not None:
+            job()
+
+    def _submit(self, job: Callable[[], None]) -> None:
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=self.name,
-                                                initializer=lower_priority, initargs=(self.nice,))
-            return self._pool
+            if len(self._threads) < self.workers:
+                thread = threading.Thread(target=self._serve, args=(self._jobs,), daemon=True,
+                                          name=f"{self.name}-{len(self._threads)}")
+                thread.start()
+                self._threads.append(thread)
+            self._jobs.put(job)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` in a background thread. Cancelling the caller waits for the thread (as
         anyio's threads do), so no work outlives the one who asked for it."""
-        if kwargs:
-            fn = functools.partial(fn, **kwargs)
-        future = asyncio.get_running_loop().run_in_executor(self._get(), fn, *args)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        def job() -> None:
+            try:
+                result, error = fn(*args, **kwargs), None
+            except BaseException as exc:  # handed to the caller
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+                loop.call_soon_threadsafe(settle, result, error)
+
+        self._submit(job)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -99,8 +127,11 @@ class BackgroundThreads:
             raise
 
     def shutdown(self) -> None:
-        """Wait for running work and drop the threads (a later ``run`` starts new ones)."""
+        """Wait for running work and stop the threads (a later ``run`` starts new ones)."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+            threads, self._threads = self._threads, []
+            jobs, self._jobs = self._jobs, queue.SimpleQueue()  # later work goes to new threads
+            for _ in threads:
+                jobs.put(None)
+        for thread in threads:
+            thread.join()
