@@ -20,6 +20,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -58,7 +59,7 @@ def recorded(pid: int, out: Path | None, phase: str) -> Iterator[None]:
     proc = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        spy = shutil.which("py-spy") or str(Path(os.sys.executable).parent / "py-spy")  # type: ignore[attr-defined]
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--idle", "--rate", "200",
                                  "--format", "raw", "-o", str(out / f"{phase}.txt")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
