@@ -39,6 +39,7 @@ from app.fleet.journal_client import PeerJournal
 from app.fleet.membership import Membership
 from app.fleet.peer_client import PeerBlockSource
 from app.fleet.peer_server import PeerServer
+from app.services.background import AckGate
 from app.services.budget import DiskReserve, WriteBudget
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
@@ -159,13 +160,15 @@ def make_destager(settings: Settings, journal: Journal, blobs: BlobStore, remote
                     part_copies=part_copies)
 
 
-def make_executor(settings: Settings, journal: Journal, destager: Destager) -> EmbeddedExecutor | CeleryExecutor:
+def make_executor(settings: Settings, journal: Journal, destager: Destager,
+                  acks: AckGate | None = None) -> EmbeddedExecutor | CeleryExecutor:
     """In-process unless a broker is configured; then destage runs in Celery workers."""
     if settings.broker_url:
         from app.taskqueue import destage_sender  # imports Celery only in fleet mode
 
         return CeleryExecutor(destage_sender())
-    return EmbeddedExecutor(destager, journal, workers=settings.destage_workers, node_id=sweep_node(settings))
+    return EmbeddedExecutor(destager, journal, workers=settings.destage_workers, node_id=sweep_node(settings),
+                            gate=acks, nice=settings.background_nice)
 
 
 def sweep_node(settings: Settings) -> str | None:
@@ -249,11 +252,17 @@ def make_fleet(settings: Settings, engine: Engine, remote: RemoteRouter) -> tupl
     return membership, source
 
 
+def relaxed_engine(settings: Settings, engine: Engine) -> Engine:
+    """A file-backed SQLite catalog: its own connections, which commit without the WAL fsync
+    (see make_engine), for rows a power cut may lose; any other catalog: the engine itself."""
+    if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+        return make_engine(settings.effective_database_url, synchronous="NORMAL")
+    return engine
+
+
 def make_cache(settings: Settings, engine: Engine, remote: RemoteRouter, policies: PolicyBook,
                journal: Journal, source: PeerBlockSource | None = None) -> ReadCache:
-    if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
-        # Its own connections, which commit without the WAL fsync (see make_engine).
-        engine = make_engine(settings.effective_database_url, synchronous="NORMAL")
+    engine = relaxed_engine(settings, engine)
     return ReadCache(CacheIndex(engine, settings.node_id), CacheStore(settings.data_dir), remote, policies,
                      source=source or RemoteBlockSource(remote), disk=disk_reserve(settings),
                      dirty_bytes=journal.dirty_bytes,
@@ -291,10 +300,11 @@ def build(settings: Settings) -> Container:
     catalog = Catalog(engine, settings.node_id)
     blobs = BlobStore(settings.data_dir, fsync=settings.fsync)
     remote = make_remote(settings, engine)
-    journal = Journal(engine, settings.node_id)
+    journal = Journal(engine, settings.node_id, bookkeeping=relaxed_engine(settings, engine))
     part_copies = PartCopies()  # parts on their way to the remote, which the destage waits for
     destager = make_destager(settings, journal, blobs, remote, part_copies)
-    executor = make_executor(settings, journal, destager)
+    acks = AckGate(max_wait=settings.destage_yield_seconds)  # destage gives way to acknowledgements
+    executor = make_executor(settings, journal, destager, acks)
     policy_repo = PolicyRepo(engine)
     seed_policies(policy_repo, settings)
     policies = PolicyBook(policy_repo, default_policy(settings), refresh_seconds=settings.policy_refresh_seconds)
@@ -308,7 +318,7 @@ def build(settings: Settings) -> Container:
                       tenancy=make_tenancy(settings, engine, remote),
                       budget=WriteBudget(settings.write_buffer_bytes, tenant_share=settings.tenant_buffer_share,
                                          tenant_uploads=settings.tenant_max_uploads),
-                      disk=disk_reserve(settings),
+                      disk=disk_reserve(settings), acks=acks, background_nice=settings.background_nice,
                       peers=PeerJournal(fleet[0], settings.fleet_secret or "", timeout=settings.fleet_peer_timeout)
                       if fleet else None)
     ensure_bootstrap_key(catalog, settings)

@@ -171,6 +171,11 @@ class Settings(BaseSettings):
     # once connected, a peer may take as long as a remote fetch (remote_deadline + remote_read_timeout).
     fleet_peer_timeout: float = Field(2.0, gt=0)
     destage_workers: int = Field(4, ge=1, le=256)
+    # Background work (destage, part copies ahead) yields to acknowledgements: it waits up to
+    # this long for no write to be in flight before it starts (0: never waits), and runs in
+    # threads this much nicer than the process (0: same priority). See services/background.py.
+    destage_yield_seconds: float = Field(0.05, ge=0, le=5)
+    background_nice: int = Field(10, ge=0, le=19)
     destage_lease_seconds: float = Field(30.0, gt=1)
     destage_max_attempts: int = Field(12, ge=1)
     destage_backoff_base: float = Field(1.0, gt=0)

@@ -148,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
-    parser.add_argument("--link", choices=["regional", "long-fat", "both"],
-                        help="netsim link profile(s) (default both); smoke runs on loopback unless --link is given")
+    parser.add_argument("--link", choices=["regional", "long-fat", "both", "loopback"],
+                        help="netsim link profile(s) (default both), or an unshaped loopback SeaweedFS (no root "
+                             "needed: per-stage work, where the remote is not the bottleneck); smoke runs on "
+                             "loopback unless --link is given")
     parser.add_argument("--runs", type=int, help="runs per figure (default: the profile's)")
     parser.add_argument("--only", help=f"comma-separated subset of: {','.join(WORKLOADS)}")
     parser.add_argument("--remote-endpoint", help="any S3 endpoint instead of netsim (keys: --remote-*-key or AWS_* env)")
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     smoke = profile.name == "smoke"
     if args.remote_endpoint:
         kind, links = "endpoint", [args.link if args.link not in (None, "both") else "custom"]
-    elif smoke and args.link is None:
+    elif (smoke and args.link is None) or args.link == "loopback":
         kind, links = "loopback", ["loopback"]
     else:
         kind, links = "netsim", ["regional", "long-fat"] if args.link in (None, "both") else [args.link]

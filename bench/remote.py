@@ -124,7 +124,7 @@ class RemoteRegion:
             self.remote = netsim_remote(link)
             return f"netsim `{link.name}`: {link.describe()} (SeaweedFS in its own network namespace)"
         if self.kind == "loopback":
-            return "loopback SeaweedFS, no shaping (smoke profile: the numbers mean nothing)"
+            return "loopback SeaweedFS, no shaping (a fast remote: only per-stage and ratio figures mean anything)"
         return f"the given endpoint {self.remote.endpoint if self.remote else '?'}, link as it is"
 
     def down(self) -> None:

@@ -20,6 +20,7 @@ from app.domain.errors import S3Error
 from app.domain.names import validate_key, validate_object_size
 from app.domain.policy import Policy
 from app.domain.versions import BlobRef, Replica, VersionRow
+from app.services.background import AckGate, BackgroundThreads
 from app.services.bodies import (
     BUCKET_TRUST_SECONDS,
     INLINE_BODY,
@@ -55,7 +56,8 @@ class GatewayCore:
                  inline_lookups: bool = False, eager_parts: bool = True,
                  part_copies: PartCopies | None = None,
                  budget: WriteBudget | None = None, disk: DiskReserve | None = None,
-                 peers: PeerVersions | None = None) -> None:
+                 peers: PeerVersions | None = None, acks: AckGate | None = None,
+                 background_nice: int = 0) -> None:
         self.catalog = catalog
         self.tenancy = tenancy  # bucket ownership (Tenancy(shared=True) lets everyone in)
         self.blobs = blobs
@@ -76,7 +78,10 @@ class GatewayCore:
         self.eager_parts = eager_parts
         self.part_copies = part_copies or PartCopies()
         self._ahead: set[asyncio.Future[None]] = set()
-        self._ahead_limiter = anyio.CapacityLimiter(part_concurrency)
+        # Writes being acknowledged, which destage and part copies ahead (in threads of lower
+        # priority) give way to: see services/background.py.
+        self.acks = acks or AckGate(max_wait=0)
+        self._ahead_threads = BackgroundThreads(part_concurrency, background_nice, name="ferry-ahead")
         self.budget = budget or WriteBudget(buffer_bytes)  # bodies being received by this process
         self.disk = disk  # the data directory's free space, when budgeted against it
         # Fleet mode: other nodes' buffered writes are read from them (None: every row is ours).

@@ -15,6 +15,7 @@ from typing import Protocol
 import anyio
 import anyio.to_thread
 
+from app.services.background import AckGate, BackgroundThreads
 from app.services.chores import JournalChores, sweep_journal
 from app.services.destage import Destager
 
@@ -26,15 +27,20 @@ class Executor(Protocol):
 
 
 class EmbeddedExecutor:
-    """An asyncio queue drained by worker coroutines that run ``Destager.destage`` in threads."""
+    """An asyncio queue drained by worker coroutines that run ``Destager.destage`` in threads.
+
+    Destage yields to acknowledgements (app/services/background.py): a worker starts a destage
+    once no write is being acknowledged (``gate``, waiting a bounded time), in threads of lower
+    CPU priority (``nice``)."""
 
     def __init__(self, destager: Destager, journal: JournalChores, *, workers: int = 4,
-                 node_id: str | None = None) -> None:
+                 node_id: str | None = None, gate: AckGate | None = None, nice: int = 0) -> None:
         self.destager = destager
         self.journal = journal
         self.node_id = node_id  # sweep only this node's rows (a catalog shared by several nodes)
         self.workers = workers
-        self.limiter = anyio.CapacityLimiter(workers)
+        self.gate = gate or AckGate(max_wait=0)
+        self.threads = BackgroundThreads(workers, nice, name="ferry-destage")
         self._queue: asyncio.Queue[int] | None = None
         self._queued: set[int] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -60,6 +66,7 @@ class EmbeddedExecutor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        await anyio.to_thread.run_sync(self.threads.shutdown)
 
     async def _worker(self) -> None:
         assert self._queue is not None
@@ -67,7 +74,8 @@ class EmbeddedExecutor:
             seq = await self._queue.get()
             self._queued.discard(seq)
             try:
-                await anyio.to_thread.run_sync(self.destager.destage, seq, limiter=self.limiter)
+                await self.gate.quiet()
+                await self.threads.run(self.destager.destage, seq)
             except Exception:  # never let one entry stop the worker; the sweeper retries it
                 log.exception("destage of seq %s crashed", seq)
 

@@ -12,9 +12,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import anyio
-import anyio.to_thread
-
 from app.domain.conditions import NO_WRITE_CONDITIONS, WriteConditions
 from app.domain.crc_combine import FULL_OBJECT, full_object
 from app.domain.errors import S3Error
@@ -80,6 +77,11 @@ class MultipartService(ConditionalWrites):
     async def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: BodyStream,
                           expected: ExpectedDigests) -> PutResult:
         self._check_part_number(number)
+        with self.acks.held():
+            return await self._upload_part(bucket, key, upload_id, number, body, expected)
+
+    async def _upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: BodyStream,
+                           expected: ExpectedDigests) -> PutResult:
         info, _ = await self._upload(bucket, key, upload_id)
         if info.checksum_algorithm:
             expected.algorithms.add(info.checksum_algorithm)
@@ -123,8 +125,8 @@ class MultipartService(ConditionalWrites):
 
     async def _copy_part(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
         try:
-            await anyio.to_thread.run_sync(self._copy_part_sync, bucket, key, upload_id, part, blob,
-                                           limiter=self._ahead_limiter)
+            await self.acks.quiet()
+            await self._ahead_threads.run(self._copy_part_sync, bucket, key, upload_id, part, blob)
         except Exception as exc:  # the destage sends this part instead
             log.info("copying part %s of %s/%s ahead failed: %s", part.part_number, bucket, key, exc)
         finally:
@@ -205,6 +207,12 @@ class MultipartService(ConditionalWrites):
                                      ) -> tuple[str, dict[str, str]]:
         """One atomic claim of the upload: exactly one Complete commits the object from the parts
         it re-reads under the claim; a duplicate waits and answers the committed result."""
+        with self.acks.held():
+            return await self._complete_result(bucket, key, upload_id, requested, conditions)
+
+    async def _complete_result(self, bucket: str, key: str, upload_id: str,
+                               requested: list[tuple[int, str, dict[str, str]]],
+                               conditions: WriteConditions) -> tuple[str, dict[str, str]]:
         mode = self._mode_for(bucket, key)
         token = secrets.token_hex(16)
         wait = CLAIM_POLL_SECONDS

@@ -31,6 +31,11 @@ class WritesService(ConditionalWrites):
                          metadata: dict[str, str], expected: ExpectedDigests,
                          conditions: WriteConditions = NO_WRITE_CONDITIONS) -> PutResult:
         self._check_key(bucket, key)
+        with self.acks.held():
+            return await self._put(bucket, key, body, content_headers, metadata, expected, conditions)
+
+    async def _put(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
+                   metadata: dict[str, str], expected: ExpectedDigests, conditions: WriteConditions) -> PutResult:
         mode = self._mode_for(bucket, key)
         await mode.admit(bucket)
         reserved = await mode.reserve(expected.declared_size)

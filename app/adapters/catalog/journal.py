@@ -55,10 +55,16 @@ def _key_lock_id(bucket: str, key: str) -> int:
 
 
 class Journal:
-    def __init__(self, engine: Engine, node_id: str) -> None:
+    def __init__(self, engine: Engine, node_id: str, *, bookkeeping: Engine | None = None) -> None:
+        """``bookkeeping``: an engine (SQLite at ``synchronous=NORMAL``) for the commits whose loss
+        in a power cut only repeats work (a destage's claim, lease renewal, retry schedule): they
+        skip the WAL fsync, so a destage costs one fsync (its final move), and a later FULL commit
+        makes them durable in order. A kill -9 loses none of them. Never for a write's row or a
+        move after which blobs are dropped."""
         self.engine = engine
         self.node_id = node_id
         self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.bookkeeping = sessionmaker(bookkeeping or engine, expire_on_commit=False)
         self.is_postgres = engine.dialect.name == "postgresql"
         self.lookups = SqliteLookups.for_engine(engine)
         t = ObjectVersion.__table__
@@ -251,7 +257,7 @@ class Journal:
     def claim(self, seq: int, lease_seconds: float) -> VersionRow | None:
         """BUFFERED -> DESTAGING with a lease, unless another row of the key holds a live lease."""
         now = time.time()
-        with self.sessions.begin() as s:
+        with self.bookkeeping.begin() as s:
             row = s.get(ObjectVersion, seq)
             if row is None or row.state != VersionState.BUFFERED.value:
                 return None
@@ -279,7 +285,7 @@ class Journal:
 
     def renew(self, row: VersionRow, lease_seconds: float) -> bool:
         """Extend a DESTAGING row's lease (no move: the state is not written)."""
-        with self.sessions.begin() as s:
+        with self.bookkeeping.begin() as s:
             result = s.execute(
                 update(ObjectVersion)
                 .where(ObjectVersion.seq == row.seq, ObjectVersion.state == VersionState.DESTAGING.value,
@@ -299,7 +305,7 @@ class Journal:
 
     def make_due(self, seq: int) -> bool:
         """A buffered row's next attempt is now (the repair after a lost destage)."""
-        with self.sessions.begin() as s:
+        with self.bookkeeping.begin() as s:
             result = s.execute(update(ObjectVersion).where(ObjectVersion.seq == seq,
                                                            ObjectVersion.state == VersionState.BUFFERED.value)
                                .values(next_attempt_at=0.0).execution_options(synchronize_session=False))
@@ -312,15 +318,15 @@ class Journal:
     def mark_retry(self, row: VersionRow, error: str, retry_at: float, *, failed: bool) -> bool:
         target = VersionState.FAILED if failed else VersionState.BUFFERED
         return self.move(row, target, expected=VersionState.DESTAGING, last_error=error[:2000],
-                         next_attempt_at=retry_at, lease_until=0.0)
+                         next_attempt_at=retry_at, lease_until=0.0, relaxed=True)
 
     def move(self, row: VersionRow, target: VersionState, *, expected: VersionState | None = None,
-             then: Callable[[Connection], None] | None = None, **values: Any) -> bool:
+             then: Callable[[Connection], None] | None = None, relaxed: bool = False, **values: Any) -> bool:
         """Compare-and-swap ``expected`` (default: ``row.state`` as read) -> ``target`` on (state,
         generation), checked against the state table (an illegal move raises); ``then`` runs in
-        the same commit if it won."""
+        the same commit if it won. ``relaxed``: a bookkeeping commit (see ``__init__``)."""
         current = row.state if expected is None else expected
-        with self.sessions.begin() as s:
+        with (self.bookkeeping if relaxed else self.sessions).begin() as s:
             moved = move_rows(s.connection(), [current], target, ObjectVersion.seq == row.seq,
                               ObjectVersion.generation == row.generation,
                               generation=ObjectVersion.generation + 1, **values)
@@ -333,7 +339,7 @@ class Journal:
     def release_expired_leases(self, now: float | None = None) -> int:
         """DESTAGING rows whose worker died (lease ran out) go back to BUFFERED."""
         now = time.time() if now is None else now
-        with self.sessions.begin() as s:
+        with self.bookkeeping.begin() as s:
             return move_rows(s.connection(), [VersionState.DESTAGING], VersionState.BUFFERED,
                              ObjectVersion.lease_until < now, generation=ObjectVersion.generation + 1,
                              next_attempt_at=now, last_error="destage lease expired (worker lost)")
