@@ -1,7 +1,9 @@
 """Every request that writes a key at the remote starts under a lease renewed just before it: when
 the renewal fails (the catalog restarting) or finds the row taken over, nothing is sent, so a
 worker whose lease lapsed never writes alongside the one that claimed the row after it (issue 15:
-after a PostgreSQL restart the remote saw two writes of one key at once)."""
+after a PostgreSQL restart the remote saw two writes of one key at once). And a request already in
+flight when the lease lapses is bounded by it (the body stops, no retry starts), while another worker
+takes the row only a takeover grace after the lease, once nothing of the old holder can be in flight."""
 
 from __future__ import annotations
 
