@@ -236,16 +236,17 @@ class Destager:
         row = self.journal.claim(seq, self.lease_seconds)
         if row is None:
             return "skipped"
+        lease = self._lease(row, claimed_at)
         if self.journal.has_newer(row):
             if row.remote_upload_id:  # parts copied ahead for a version that will never be completed
-                self.remote.abort_multipart(row.bucket, row.key, row.remote_upload_id)
+                with lease.guard():
+                    self.remote.abort_multipart(row.bucket, row.key, row.remote_upload_id)
             self._intend_drop(row)
             if self.journal.mark_superseded(row):
                 self._drop_blobs(row)
             else:
                 self._keep_blobs(row)
             return self._done("superseded", row)
-        lease = self._lease(row, claimed_at)
         lost = threading.Event()
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew, args=(lease, row, stop, lost), daemon=True)
