@@ -300,7 +300,8 @@ def build(settings: Settings) -> Container:
     catalog = Catalog(engine, settings.node_id)
     blobs = BlobStore(settings.data_dir, fsync=settings.fsync)
     remote = make_remote(settings, engine)
-    journal = Journal(engine, settings.node_id, bookkeeping=relaxed_engine(settings, engine))
+    journal = Journal(engine, settings.node_id, bookkeeping=relaxed_engine(settings, engine),
+                      takeover_grace=settings.destage_takeover_grace)
     part_copies = PartCopies()  # parts on their way to the remote, which the destage waits for
     destager = make_destager(settings, journal, blobs, remote, part_copies)
     acks = AckGate(max_wait=settings.destage_yield_seconds)  # destage gives way to acknowledgements

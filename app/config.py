@@ -271,6 +271,14 @@ class Settings(BaseSettings):
                           "AWS default credential chain (check with `ferry doctor`)")
 
     @property
+    def destage_takeover_grace(self) -> float:
+        """Seconds after a destage lease ends before another worker may take its row: the longest
+        a write request of the old holder can still be at the remote once its lease is over (no
+        request starts and no body is read after it: connect, the last body send, the answer;
+        app/domain/fencing.py), plus a second for clock steps and the catalog's commit."""
+        return self.remote_connect_timeout + 2 * self.remote_read_timeout + 1.0
+
+    @property
     def effective_database_url(self) -> str:
         """SQLite file in the data dir unless a URL is given."""
         if self.database_url:

@@ -10,6 +10,7 @@ Blocking code: the embedded executor runs it in a thread, Celery in a worker pro
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import logging
 import random
@@ -18,9 +19,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from app import metrics
 from app.domain.errors import S3Error
+from app.domain.fencing import Lease, LeaseLost
 from app.domain.states import VersionState, backoff_seconds
 from app.domain.versions import BlobRef, VersionRow
 from app.services.partcopies import PartCopies
@@ -48,8 +51,7 @@ class UploadSpec:
     remote_upload_id: str | None = None  # parts may already be there (copied as they arrived)
 
 
-class LeaseLost(Exception):
-    """Another worker owns the journal row now: this one must not commit anything remotely."""
+__all__ = ["CREDENTIAL_REFUSALS", "Destager", "LeaseLost", "UploadSpec", "delete", "upload"]
 
 
 def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurrency: int = 8,
@@ -60,9 +62,12 @@ def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurren
     ``fence()`` renews the destage lease; it is asked right before each request that writes the
     key (PutObject, CreateMultipartUpload, Complete, Abort): False or an error (the catalog
     unreachable) raises LeaseLost and nothing more is sent. So every such request starts with a
-    whole lease ahead of it, and another worker can claim the row only once it is over: two
-    destages of one key are never at the remote at once (a lease that lapsed while the catalog was
-    restarting no longer lets the old worker write on).
+    whole lease ahead of it. When ``fence`` is a ``Lease`` (the Destager's), the requests already
+    in flight are bounded by it too (``app/domain/fencing.py``): bodies (PutObject, UploadPart)
+    stop being read once the lease is over, and no request or retry starts after it; another
+    worker can claim the row only after the lease plus a takeover grace longer than what may
+    still be in flight (``Journal.claim``). So two destages of one key are never at the remote at
+    once, even when the lease lapsed mid-request while the catalog was restarting (issue 15).
     ``conditional``: a single PutObject carries If-Match (or If-None-Match) on the ETag the remote
     has now, so it fails with PreconditionFailed if another write lands before it does.
     """
@@ -94,6 +99,16 @@ def _fenced(fence: Callable[[], bool] | None, bucket: str, key: str, what: str) 
         raise LeaseLost(f"lost (or could not renew) the destage lease of {bucket}/{key} before {what}")
 
 
+def _bounded(fence: Callable[[], bool] | None, body: BinaryIO) -> BinaryIO:
+    """The body of a write request, read only while the lease lasts (when the fence is a Lease)."""
+    return fence.bound(body) if isinstance(fence, Lease) else body
+
+
+def _guarded(fence: Callable[[], bool] | None) -> contextlib.AbstractContextManager[None]:
+    """No request (nor botocore's retry of it) starts in this block once the lease is over."""
+    return fence.guard() if isinstance(fence, Lease) else contextlib.nullcontext()
+
+
 def _expectation(remote: RemotePort, bucket: str, key: str) -> dict[str, str]:
     """The condition that holds while nobody else writes the key: its current ETag, or absence.
 
@@ -109,12 +124,11 @@ def _put_single(remote: RemotePort, store: BlobPort, spec: UploadSpec, condition
     md5_b64 = base64.b64encode(bytes.fromhex(spec.etag)).decode()
     condition = _expectation(remote, spec.bucket, spec.key) if conditional else {}
     _fenced(fence, spec.bucket, spec.key, "PutObject")
-    if piece is None:
-        return remote.put_object(spec.bucket, spec.key, io.BytesIO(b""), 0, md5_b64, spec.content_headers,
-                                 spec.metadata, spec.checksums, **condition)
-    with open(store.path(piece.blob), "rb") as fh:
-        return remote.put_object(spec.bucket, spec.key, fh, piece.size, md5_b64, spec.content_headers,
-                                 spec.metadata, spec.checksums, **condition)
+    with contextlib.ExitStack() as stack:
+        fh = stack.enter_context(open(store.path(piece.blob), "rb")) if piece is not None else io.BytesIO(b"")
+        stack.enter_context(_guarded(fence))
+        return remote.put_object(spec.bucket, spec.key, _bounded(fence, fh), piece.size if piece else 0, md5_b64,
+                                 spec.content_headers, spec.metadata, spec.checksums, **condition)
 
 
 def delete(remote: RemotePort, bucket: str, key: str, conditional: bool = False,
@@ -122,12 +136,14 @@ def delete(remote: RemotePort, bucket: str, key: str, conditional: bool = False,
     """Delete the key remotely; ``conditional``: only the version found under the lease."""
     if not conditional:
         _fenced(fence, bucket, key, "DeleteObject")
-        remote.delete_object(bucket, key)
+        with _guarded(fence):
+            remote.delete_object(bucket, key)
         return
     current = remote.current_etag(bucket, key)
     if current is not None:  # absent: nothing to delete (and nothing newer to undo)
         _fenced(fence, bucket, key, "DeleteObject")
-        remote.delete_object(bucket, key, if_match=current)
+        with _guarded(fence):
+            remote.delete_object(bucket, key, if_match=current)
 
 
 def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, concurrency: int,
@@ -151,16 +167,17 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
     reused = upload_id is not None
     if upload_id is None:
         _fenced(fence, spec.bucket, spec.key, "CreateMultipartUpload")
-        upload_id = remote.create_multipart(spec.bucket, spec.key, spec.content_headers, spec.metadata,
-                                            spec.checksum_algorithm, _checksum_type(spec))
+        with _guarded(fence):
+            upload_id = remote.create_multipart(spec.bucket, spec.key, spec.content_headers, spec.metadata,
+                                                spec.checksum_algorithm, _checksum_type(spec))
     numbered = all(p.number for p in spec.blobs)
     numbers = [int(p.number or 0) for p in spec.blobs] if numbered else list(range(1, len(spec.blobs) + 1))
 
     def send(number: int, piece: BlobRef) -> None:
         md5_b64 = base64.b64encode(bytes.fromhex(piece.etag)).decode()
-        with open(store.path(piece.blob), "rb") as fh:
-            etag = remote.upload_part(spec.bucket, spec.key, upload_id, number, fh, piece.size, md5_b64,
-                                      piece.checksums)
+        with open(store.path(piece.blob), "rb") as fh, _guarded(fence):
+            etag = remote.upload_part(spec.bucket, spec.key, upload_id, number, _bounded(fence, fh), piece.size,
+                                      md5_b64, piece.checksums)
         if etag and etag != piece.etag:
             raise S3Error("InternalError", f"remote part {number} ETag {etag}, expected {piece.etag}")
 
@@ -172,12 +189,14 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
                 f.result()
         parts = [(n, piece.etag, piece.checksums) for n, piece in zip(numbers, spec.blobs, strict=True)]
         _fenced(fence, spec.bucket, spec.key, "completing it")
-        return remote.complete_multipart(spec.bucket, spec.key, upload_id, parts)
+        with _guarded(fence):
+            return remote.complete_multipart(spec.bucket, spec.key, upload_id, parts)
     except BaseException as exc:
         # A reused upload keeps its parts for the retry. An abort is a write of the key too: only
         # under a live lease; otherwise the remote-uploads chore removes the orphan later.
         if not reused and not isinstance(exc, LeaseLost) and _holds(fence):
-            remote.abort_multipart(spec.bucket, spec.key, upload_id)
+            with _guarded(fence):
+                remote.abort_multipart(spec.bucket, spec.key, upload_id)
         raise
 
 
@@ -197,7 +216,7 @@ class Destager:
     def __init__(self, journal: JournalPort, store: BlobPort, remote: RemotePort, *, lease_seconds: float = 30.0,
                  max_attempts: int = 12, part_concurrency: int = 8, backoff_base: float = 1.0,
                  backoff_cap: float = 300.0, on_outcome: Callable[[str, VersionRow], None] | None = None,
-                 part_copies: PartCopies | None = None) -> None:
+                 part_copies: PartCopies | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.journal = journal
         # Durability invalidates the key's cache entries in the same commit (see mark_durable).
         self.store = store
@@ -209,15 +228,19 @@ class Destager:
         self.backoff_cap = backoff_cap
         self.on_outcome = on_outcome
         self.part_copies = part_copies
+        self.clock = clock  # the lease's (monotonic) clock; a fake one in tests
 
     def destage(self, seq: int) -> str:
         """Returns the outcome: durable, superseded, retry, failed, lost or skipped."""
+        claimed_at = self.clock()
         row = self.journal.claim(seq, self.lease_seconds)
         if row is None:
             return "skipped"
+        lease = self._lease(row, claimed_at)
         if self.journal.has_newer(row):
             if row.remote_upload_id:  # parts copied ahead for a version that will never be completed
-                self.remote.abort_multipart(row.bucket, row.key, row.remote_upload_id)
+                with lease.guard():
+                    self.remote.abort_multipart(row.bucket, row.key, row.remote_upload_id)
             self._intend_drop(row)
             if self.journal.mark_superseded(row):
                 self._drop_blobs(row)
@@ -226,20 +249,19 @@ class Destager:
             return self._done("superseded", row)
         lost = threading.Event()
         stop = threading.Event()
-        renewer = threading.Thread(target=self._renew, args=(row, stop, lost), daemon=True)
+        renewer = threading.Thread(target=self._renew, args=(lease, row, stop, lost), daemon=True)
         renewer.start()
         try:
             # A worker that lost its lease (stalled past it) must not land an older version over a
             # newer one: multipart re-checks the lease at its commit point (Complete); a single
             # request is conditional on the remote's state read under the lease, where honoured.
             conditional = self.remote.conditional_writes(row.bucket)
-            fence = lambda: self.journal.renew(row, self.lease_seconds)  # noqa: E731
             if row.is_delete:
-                delete(self.remote, row.bucket, row.key, conditional, fence=fence)
+                delete(self.remote, row.bucket, row.key, conditional, fence=lease)
                 remote_etag = ""
             else:
                 remote_etag = upload(self.remote, self.store, spec_of(row), self.part_concurrency,
-                                     fence=fence, copies=self.part_copies, conditional=conditional)
+                                     fence=lease, copies=self.part_copies, conditional=conditional)
         except Exception as exc:  # any failure: keep the bytes, retry later
             stop.set()
             renewer.join()
@@ -271,19 +293,23 @@ class Destager:
                           "seq %s; rewrite the object", row.bucket, row.key, row.seq, newest.seq)
         return self._done("lost", row)
 
-    def _renew(self, row: VersionRow, stop: threading.Event, lost: threading.Event) -> None:
-        """Extend the lease while the upload runs. The claim's generation is the fencing token and
-        is never refreshed from the catalog: once another worker has claimed the row, renewing fails."""
-        expires = time.monotonic() + self.lease_seconds
+    def _lease(self, row: VersionRow, claimed_at: float) -> Lease:
+        """The claim's lease, as the holder sees it (never longer than the catalog's)."""
+        return Lease(lambda: self.journal.renew(row, self.lease_seconds), self.lease_seconds,
+                     what=f"seq {row.seq}, {row.bucket}/{row.key}", clock=self.clock, started=claimed_at)
+
+    def _renew(self, lease: Lease, row: VersionRow, stop: threading.Event, lost: threading.Event) -> None:
+        """Extend the lease while the upload runs (so a long upload is not cut by its watchdog).
+        The claim's generation is the fencing token and is never refreshed from the catalog: once
+        another worker has claimed the row, renewing fails."""
         while not stop.wait(self.lease_seconds / 3):
             try:
-                if not self.journal.renew(row, self.lease_seconds):
+                if not lease.renew():
                     lost.set()
                     return
-                expires = time.monotonic() + self.lease_seconds
             except Exception:  # a catalog blip: keep trying while the lease can still be ours
                 log.warning("renewing the destage lease of seq %s failed", row.seq, exc_info=True)
-                if time.monotonic() >= expires:
+                if lease.expired():
                     lost.set()
                     return
 

@@ -55,14 +55,21 @@ def _key_lock_id(bucket: str, key: str) -> int:
 
 
 class Journal:
-    def __init__(self, engine: Engine, node_id: str, *, bookkeeping: Engine | None = None) -> None:
-        """``bookkeeping``: an engine (SQLite at ``synchronous=NORMAL``) for the commits whose loss
+    def __init__(self, engine: Engine, node_id: str, *, bookkeeping: Engine | None = None,
+                 takeover_grace: float = 0.0, clock: Callable[[], float] = time.time) -> None:
+        """``takeover_grace``: seconds after a destage lease ends before another worker may take
+        its row (``claim``, ``release_expired_leases``): at least as long as a write request of
+        the old holder may still be in flight at the remote (``app/domain/fencing.py``).
+        ``clock``: the leases' wall clock (a fake one in tests).
+        ``bookkeeping``: an engine (SQLite at ``synchronous=NORMAL``) for the commits whose loss
         in a power cut only repeats work (a destage's claim, lease renewal, retry schedule): they
         skip the WAL fsync, so a destage costs one fsync (its final move), and a later FULL commit
         makes them durable in order. A kill -9 loses none of them. Never for a write's row or a
         move after which blobs are dropped."""
         self.engine = engine
         self.node_id = node_id
+        self.takeover_grace = takeover_grace
+        self.clock = clock
         self.sessions = sessionmaker(engine, expire_on_commit=False)
         self.bookkeeping = sessionmaker(bookkeeping or engine, expire_on_commit=False)
         self.is_postgres = engine.dialect.name == "postgresql"
@@ -255,8 +262,9 @@ class Journal:
 
     # ---- state changes (compare-and-swap) ------------------------------------------------------
     def claim(self, seq: int, lease_seconds: float) -> VersionRow | None:
-        """BUFFERED -> DESTAGING with a lease, unless another row of the key holds a live lease."""
-        now = time.time()
+        """BUFFERED -> DESTAGING with a lease, unless another row of the key holds a live lease
+        or one that ended less than the takeover grace ago (its holder may still be writing)."""
+        now = self.clock()
         with self.bookkeeping.begin() as s:
             row = s.get(ObjectVersion, seq)
             if row is None or row.state != VersionState.BUFFERED.value:
@@ -270,7 +278,8 @@ class Journal:
                 s.connection(), [VersionState.BUFFERED], VersionState.DESTAGING,
                 ObjectVersion.seq == seq, ObjectVersion.generation == row.generation,
                 ~exists().where(other.bucket == row.bucket, other.key == row.key, other.seq != seq,
-                                other.state == VersionState.DESTAGING.value, other.lease_until > now),
+                                other.state == VersionState.DESTAGING.value,
+                                other.lease_until > now - self.takeover_grace),
                 generation=ObjectVersion.generation + 1, lease_until=now + lease_seconds,
                 attempts=ObjectVersion.attempts + 1)
             if moved != 1:
@@ -290,7 +299,7 @@ class Journal:
                 update(ObjectVersion)
                 .where(ObjectVersion.seq == row.seq, ObjectVersion.state == VersionState.DESTAGING.value,
                        ObjectVersion.generation == row.generation)
-                .values(lease_until=time.time() + lease_seconds).execution_options(synchronize_session=False))
+                .values(lease_until=self.clock() + lease_seconds).execution_options(synchronize_session=False))
             return result.rowcount == 1
 
     def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None, *,
@@ -337,11 +346,13 @@ class Journal:
             return True
 
     def release_expired_leases(self, now: float | None = None) -> int:
-        """DESTAGING rows whose worker died (lease ran out) go back to BUFFERED."""
-        now = time.time() if now is None else now
+        """DESTAGING rows whose worker died (lease ran out) go back to BUFFERED, once the takeover
+        grace has passed too: a holder whose lease lapsed (the catalog restarting) may still have
+        a write request in flight until then, never after (``app/domain/fencing.py``)."""
+        now = self.clock() if now is None else now
         with self.bookkeeping.begin() as s:
             return move_rows(s.connection(), [VersionState.DESTAGING], VersionState.BUFFERED,
-                             ObjectVersion.lease_until < now, generation=ObjectVersion.generation + 1,
+                             ObjectVersion.lease_until < now - self.takeover_grace, generation=ObjectVersion.generation + 1,
                              next_attempt_at=now, last_error="destage lease expired (worker lost)")
 
     def retry_now(self, bucket: str | None = None, prefix: str = "", include_failed: bool = True) -> int:

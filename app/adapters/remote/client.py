@@ -1,5 +1,6 @@
 """Client construction: one boto3 client per remote (thread-safe), its connection pool sized for
-parallel transfers, and its event hooks (raw metadata bytes, a raw ``Expires`` string)."""
+parallel transfers, and its event hooks (raw metadata bytes, a raw ``Expires`` string, the
+destage lease fence)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.handlers import validate_ascii_metadata
+
+from app.domain import fencing
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,13 @@ def make_client(cfg: RemoteConfig) -> Any:
         verify=cfg.verify_tls,
     )
     _register_expires_passthrough(client)
+    # A destage's write (or botocore's retry of it) never starts once its lease is over.
+    client.meta.events.register("before-send.s3.*", _lease_fence, unique_id="ferry-lease-fence")
     return client
+
+
+def _lease_fence(**_: Any) -> None:
+    fencing.check()
 
 
 def _register_expires_passthrough(client: Any) -> None:

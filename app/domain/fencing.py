@@ -1,0 +1,118 @@
+"""The destage lease's clock: how long a write request of a key may still be in flight.
+
+A destage holds its journal row under a lease (``lease_until`` in the catalog). Another worker
+may claim the row only once ``lease_until + takeover grace`` has passed (``Journal.claim``,
+``Journal.release_expired_leases``). The holder keeps its side of that bargain with this clock:
+
+- ``Lease.renew`` stamps the (monotonic) time *before* it asks the catalog to extend the lease,
+  so the holder's idea of its lease ends no later than the catalog's ``lease_until``;
+- a request body sent under the lease (``Lease.bound``) stops being read once the lease is over:
+  the HTTP client drops the connection mid-body and the remote discards the write;
+- no request (nor a retry of one) starts once the lease is over: the remote client's
+  ``before-send`` hook asks ``check()`` (``Lease.guard`` marks the requests it covers).
+
+What is left in flight after the lease ends is a request whose body was already sent, waiting
+for its answer: bounded by the remote client's connect and read timeouts (one attempt, since
+no retry starts). The takeover grace is at least that long, so the next holder's first write
+starts after the last one of the previous holder ended. Renewals that keep succeeding move the
+end forward, so a long upload is never cut while the catalog answers, and the happy path never
+waits: the grace only delays the takeover of a row whose holder stopped renewing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
+
+
+class LeaseLost(Exception):
+    """Another worker owns the journal row now (or may soon): this one must not write anything remotely."""
+
+
+_current: contextvars.ContextVar[Lease | None] = contextvars.ContextVar("ferry_destage_lease", default=None)
+
+
+def check() -> None:
+    """Raise LeaseLost if the calling thread sends under a lease that is over (the remote
+    client's ``before-send`` hook: a retry of a request must not start after the lease)."""
+    lease = _current.get()
+    if lease is not None and lease.expired():
+        raise LeaseLost(f"the destage lease ended before a request to the remote could start ({lease.what})")
+
+
+class Lease:
+    """The holder's view of one destage lease: renewed through ``renew_in_catalog``."""
+
+    def __init__(self, renew_in_catalog: Callable[[], bool], seconds: float, *, what: str = "",
+                 clock: Callable[[], float] = time.monotonic, started: float | None = None) -> None:
+        self._renew = renew_in_catalog
+        self.seconds = seconds
+        self.what = what
+        self.clock = clock
+        self._lock = threading.Lock()
+        # The claim's commit happened after ``started``: the catalog's lease ends later than this.
+        self._until = (clock() if started is None else started) + seconds
+
+    def __call__(self) -> bool:
+        """The fence: renew now; True when the lease is ours for another whole term."""
+        return self.renew()
+
+    def renew(self) -> bool:
+        stamp = self.clock()
+        if not self._renew():
+            with self._lock:
+                self._until = min(self._until, stamp)  # taken over: nothing more may be sent
+            return False
+        with self._lock:
+            self._until = max(self._until, stamp + self.seconds)
+        return True
+
+    def remaining(self) -> float:
+        with self._lock:
+            return self._until - self.clock()
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def bound(self, body: BinaryIO) -> BinaryIO:
+        """``body``, read only while the lease lasts (the watchdog of a long upload)."""
+        return _FencedBody(body, self)  # type: ignore[return-value]
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Requests sent by this thread inside the block start only while the lease lasts."""
+        token = _current.set(self)
+        try:
+            yield
+        finally:
+            _current.reset(token)
+
+
+class _FencedBody:
+    """A file object whose reads fail with LeaseLost once the lease is over: the HTTP client then
+    closes the connection before the body is complete, so the remote never commits the write."""
+
+    def __init__(self, raw: BinaryIO, lease: Lease) -> None:
+        self._raw = raw
+        self._lease = lease
+
+    def read(self, size: int = -1) -> bytes:
+        if self._lease.expired():
+            raise LeaseLost(f"the destage lease ended while the body was being sent ({self._lease.what})")
+        return self._raw.read(size)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def __getattr__(self, name: str) -> Any:  # seek, tell, fileno-less file API for the HTTP client
+        return getattr(self._raw, name)
+
+    def __iter__(self) -> Iterator[bytes]:
+        while chunk := self.read(64 * 1024):
+            yield chunk
