@@ -114,6 +114,7 @@ def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, l
             contenders["nginx-static"] = NginxStatic(nginx)
         for run in range(args.runs):
             log(f"---- {link_name} run {run + 1}/{args.runs}")
+            bench.run = run
             for workload in selected:
                 try:  # one broken workload must not lose the others' numbers
                     if workload == "disk":

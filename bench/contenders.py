@@ -89,6 +89,11 @@ class Contender:
     def durable(self, remote: Remote, bucket: str, prefix: str, count: int, timeout: float = 3600) -> None:
         """Return once the remote holds ``count`` objects under ``prefix`` (a write barrier)."""
 
+    def cpu_roots(self) -> list[int]:
+        """Process ids whose trees are this contender's own work on this machine (their CPU is reported);
+        none for direct, whose server is the remote."""
+        return []
+
 
 class Direct(Contender):
     """boto3 straight to the remote: the baseline of every ratio."""
@@ -127,6 +132,9 @@ class Ferry(Contender):
 
     def stop(self) -> None:
         self.gw.stop()
+
+    def cpu_roots(self) -> list[int]:
+        return [self.gw.proc.pid] if self.gw.proc is not None else []
 
     def s3(self) -> Any:
         return self._client
@@ -185,6 +193,9 @@ class Rclone(Contender):
 
     def stop(self) -> None:
         _stop(self.proc, timeout=30)
+
+    def cpu_roots(self) -> list[int]:
+        return [self.proc.pid] if self.proc is not None else []
 
     def s3(self) -> Any:
         return self._client
@@ -283,6 +294,11 @@ class Nginx:
     def stop(self) -> None:
         _stop(self.proc)
 
+    def cpu_roots(self) -> list[int]:
+        """The master and its workers: one nginx serves both the static and the proxy_cache contender, which
+        are measured one at a time."""
+        return [self.proc.pid] if self.proc is not None else []
+
 
 class NginxStatic(Contender):
     """nginx serving the same bytes from a local file with sendfile: the ceiling for warm reads."""
@@ -291,6 +307,9 @@ class NginxStatic(Contender):
 
     def __init__(self, nginx: Nginx) -> None:
         self.nginx = nginx
+
+    def cpu_roots(self) -> list[int]:
+        return self.nginx.cpu_roots()
 
     def url(self, bucket: str, key: str) -> str:
         return f"http://127.0.0.1:{self.nginx.static_port}/{key}"
@@ -305,6 +324,9 @@ class NginxProxy(Contender):
         self.nginx = nginx
         self._signer = remote.client()
         self._remote_prefix = remote.endpoint.rstrip("/")
+
+    def cpu_roots(self) -> list[int]:
+        return self.nginx.cpu_roots()
 
     def url(self, bucket: str, key: str) -> str:
         signed = str(self._signer.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key},

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.figures import cpu_table, issue16_table
+
 LABELS = {
     "direct": "direct (boto3 → remote)", "ferry": "Ferry", "ferry-w2": "Ferry --workers 2",
     "rclone": "rclone serve s3 (vfs full, write-back 5s)", "nginx-proxy": "nginx proxy_cache",
@@ -17,14 +19,17 @@ LABELS = {
 }
 METRICS: dict[str, list[tuple[str, str]]] = {
     "disk": [("write_fsync_mbps", "write + fsync MB/s"), ("md5_mbps_per_core", "MD5 MB/s per core")],
-    "checkpoint": [("ack_s", "ack s"), ("durable_s", "remote holds it s"), ("write_mbps", "write MB/s (ack)")],
-    "small_put": [("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("n", "PUTs/run")],
+    "checkpoint": [("ack_s", "ack s"), ("durable_s", "remote holds it s"), ("write_mbps", "write MB/s (ack)"),
+                   ("cpu_s_per_gib", "CPU s/GiB (ack)"), ("cpu_s_per_gib_durable", "CPU s/GiB (remote holds it)")],
+    "small_put": [("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("n", "PUTs/run"), ("cpu_us", "CPU µs/PUT (ack)"),
+                  ("cpu_us_durable", "CPU µs/PUT (remote holds it)")],
     "cold_read": [("mbps", "MB/s"), ("ttfb_ms", "TTFB ms")],
-    "warm_read": [("mbps", "MB/s"), ("ttfb_ms", "TTFB ms")],
-    "cold_epoch": [("seconds", "s"), ("objects_per_s", "objects/s")],
-    "warm_epoch": [("seconds", "s"), ("objects_per_s", "objects/s")],
+    "warm_read": [("mbps", "MB/s"), ("ttfb_ms", "TTFB ms"), ("cpu_s_per_gib", "CPU s/GiB")],
+    "cold_epoch": [("seconds", "s"), ("objects_per_s", "objects/s"), ("cpu_ms_per_object", "CPU ms/object")],
+    "warm_epoch": [("seconds", "s"), ("objects_per_s", "objects/s"), ("cpu_ms_per_object", "CPU ms/object")],
     "small_get": [("http_p50_ms", "p50 ms (urllib3)"), ("http_p99_ms", "p99 ms (urllib3)"),
-                  ("boto3_p50_ms", "p50 ms (boto3)"), ("boto3_p99_ms", "p99 ms (boto3)")],
+                  ("boto3_p50_ms", "p50 ms (boto3)"), ("boto3_p99_ms", "p99 ms (boto3)"),
+                  ("http_cpu_us", "CPU µs/hit (urllib3)"), ("boto3_cpu_us", "CPU µs/hit (boto3)")],
     "herd": [("ratio", "remote bytes ÷ size"), ("seconds", "s (all readers)")],
     "scale": [("hit_p50_ms_1000", "hit p50 ms, 1k entries"), ("hit_p50_ms_1M", "hit p50 ms, 1M entries"),
               ("start_s_1000", "start-up s, 1k"), ("start_s_1M", "start-up s, 1M")],
@@ -232,6 +237,18 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[tuple[str, Path]]:
     return made
 
 
+def howto() -> list[str]:
+    """bench/README.md (written by hand: how to run the benchmark, which column answers which goal)."""
+    path = Path(__file__).resolve().parent / "README.md"
+    if not path.exists():
+        return []
+    lines, fenced = [], False
+    for line in path.read_text().rstrip().splitlines():
+        fenced = fenced != line.startswith("```")
+        lines.append("#" + line if line.startswith("#") and not fenced else line)  # one level down
+    return [*lines, ""]
+
+
 def render(data: dict[str, Any], out: Path) -> str:
     """Write the markdown report (and its PNGs into ``<out dir>/benchmarks/``); return the markdown."""
     meta = data["meta"]
@@ -267,6 +284,7 @@ def render(data: dict[str, Any], out: Path) -> str:
         " `proxy_cache_valid 200 7d`, Ferry with `FERRY_CACHE_TTL_SECONDS=604800` (a dataset that does not change; the"
         " default 300 s TTL would add a conditional HEAD to reads made more than 5 minutes after the data was cached).",
         "",
+        *howto(),
         "## Machine",
         "",
         "| | |\n|---|---|",
@@ -275,7 +293,13 @@ def render(data: dict[str, Any], out: Path) -> str:
         "",
     ]
     for link, res in data["links"].items():
-        parts += [f"## Link `{link}`: {res['description']}", "", "### Goals (issue 6)", "", goals_table(res, link), ""]
+        parts += [f"## Link `{link}`: {res['description']}", "", "### Issue 16's figures", "",
+                  "Each ratio is the median of per-run ratios (both sides measured in the same run).", "",
+                  issue16_table(res, LABELS), "", "### Process CPU per unit of work (from /proc)", "",
+                  "utime + stime of each contender's processes (Ferry with its workers, rclone, nginx master and"
+                  " workers), read before and after each workload; direct has no local server. The client's CPU"
+                  " is not included.", "", cpu_table(res, LABELS), ""]
+        parts += ["### Goals (issue 6)", "", goals_table(res, link), ""]
         parts += ["### Measurements", "", measurements(res)]
         if res.get("errors"):
             parts += ["Errors during the run:", "", *[f"- `{e}`" for e in res["errors"]], ""]

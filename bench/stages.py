@@ -30,27 +30,10 @@ from typing import Any
 
 from boto3.s3.transfer import TransferConfig
 
+from bench.proc_cpu import cpu_seconds, gateway_pids
 from bench.workloads import make_file, pct
 from tests.support.gateway import GatewayProcess
 from tests.support.seaweed import SeaweedServer
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process and its children that were waited for (/proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
-
-
-def gateway_pids(root: int) -> list[int]:
-    """The gateway's process and its children (uvicorn workers)."""
-    pids = [root]
-    for pid in list(pids):
-        with_children = Path(f"/proc/{pid}/task/{pid}/children")
-        if with_children.exists():
-            pids += [int(p) for p in with_children.read_text().split()]
-    return pids
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from typing import Any
 from boto3.s3.transfer import TransferConfig
 
 from bench.contenders import Contender, Ferry, Nginx, NginxProxy, Rclone, http_pool
+from bench.proc_cpu import CpuMeter
 from bench.remote import CountingRelay, Remote
 
 MiB = 1024 * 1024
@@ -137,6 +138,12 @@ def reader(c: Contender, pool: Any, bucket: str) -> Callable[[str], tuple[float,
     return lambda key: read_s3(s3, bucket, key)
 
 
+def cpu_per(meter: CpuMeter, units: float, scale: float) -> dict[str, float]:
+    """``{"cpu": seconds spent / units * scale}``, or nothing when the contender has no local process."""
+    spent = meter.seconds()
+    return {} if spent is None or not units else {"cpu": spent / units * scale}
+
+
 def timed_loop(fn: Callable[[int], None], n: int, budget_s: float, n_min: int = 20) -> list[float]:
     """Latencies (s) of up to ``n`` calls, stopping early after ``budget_s`` once ``n_min`` were done."""
     out: list[float] = []
@@ -163,6 +170,7 @@ class Bench:
         self.results: dict[str, dict[str, list[dict[str, Any]]]] = {}
         self.skipped: dict[str, str] = {}
         self.errors: list[str] = []
+        self.run = 0  # the run being measured: every row says which, so ratios pair rows of one run
 
     # -- helpers
     def pick(self, *names: str) -> list[Contender]:
@@ -185,6 +193,7 @@ class Bench:
             log("ERROR " + msg)
             self.errors.append(msg)
             row = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        row.setdefault("run", self.run)
         self.results.setdefault(workload, {}).setdefault(c.name, []).append(row)
         log(f"{workload} {c.name}: {row}")
 
@@ -222,7 +231,7 @@ class Bench:
     # -- workloads
     def disk(self, run: int) -> None:
         size = min(self.p.object_size, 1024 * MiB)
-        rows = {"write_fsync_mbps": disk_write_fsync_mbps(self.work, size), "md5_mbps_per_core": md5_mbps()}
+        rows = {"write_fsync_mbps": disk_write_fsync_mbps(self.work, size), "md5_mbps_per_core": md5_mbps(), "run": run}
         self.results.setdefault("disk", {}).setdefault("disk", []).append(rows)
         log(f"disk: {rows}")
 
@@ -232,15 +241,20 @@ class Bench:
             key = f"ckpt/{self.link}/{c.name}/{run}"
 
             def one(c: Contender = c, key: str = key) -> dict[str, Any]:
+                meter = CpuMeter(c.cpu_roots())
                 t0 = time.perf_counter()
                 c.s3().upload_file(str(src), self.bucket, key, Config=TransferConfig())  # boto3 defaults
                 ack = time.perf_counter() - t0
+                cpu = cpu_per(meter, size / 2**30, 1.0)
                 c.durable(self.remote, self.bucket, key, 1)
                 durable = time.perf_counter() - t0
+                cpu_durable = cpu_per(meter, size / 2**30, 1.0)
                 head = self.rs3.head_object(Bucket=self.bucket, Key=key)
                 if head["ContentLength"] != size:
                     raise RuntimeError(f"the remote holds {head['ContentLength']} bytes, not {size}")
-                return {"ack_s": ack, "durable_s": durable, "write_mbps": size / ack / 1e6}
+                return {"ack_s": ack, "durable_s": durable, "write_mbps": size / ack / 1e6,
+                        **{f"{k}_s_per_gib": v for k, v in cpu.items()},
+                        **{f"{k}_s_per_gib_durable": v for k, v in cpu_durable.items()}}
 
             self.record("checkpoint", c, one)
             self.rs3.delete_object(Bucket=self.bucket, Key=key)
@@ -252,12 +266,15 @@ class Bench:
 
             def one(c: Contender = c, prefix: str = prefix) -> dict[str, Any]:
                 s3 = c.s3()
+                meter = CpuMeter(c.cpu_roots())
                 lat = timed_loop(lambda i: s3.put_object(Bucket=self.bucket, Key=f"{prefix}{i:05d}", Body=body),
                                  self.p.small_n, self.p.latency_budget_s)
+                cpu = cpu_per(meter, len(lat), 1e6)
                 t0 = time.perf_counter()
                 c.durable(self.remote, self.bucket, prefix, len(lat), timeout=600)  # keep destage out of what follows
                 return {"p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3, "n": len(lat),
-                        "barrier_s": time.perf_counter() - t0}
+                        "barrier_s": time.perf_counter() - t0, **{f"{k}_us": v for k, v in cpu.items()},
+                        **{f"{k}_us_durable": v for k, v in cpu_per(meter, len(lat), 1e6).items()}}
 
             self.record("small_put", c, one)
 
@@ -279,24 +296,29 @@ class Bench:
             if run == 0 and "cold_read" not in self.results and c.name != "nginx-static":
                 read(key)  # prime: the cold read would have
 
-            def one(read: Callable[[str], tuple[float, float, int]] = read, key: str = key) -> dict[str, Any]:
+            def one(read: Callable[[str], tuple[float, float, int]] = read, key: str = key,
+                    c: Contender = c) -> dict[str, Any]:
+                meter = CpuMeter(c.cpu_roots())
                 ttfb, total, n = read(key)
                 if n != self.p.object_size:
                     raise RuntimeError(f"read {n} bytes, expected {self.p.object_size}")
-                return {"mbps": n / total / 1e6, "ttfb_ms": ttfb * 1e3}
+                return {"mbps": n / total / 1e6, "ttfb_ms": ttfb * 1e3,
+                        **{f"{k}_s_per_gib": v for k, v in cpu_per(meter, n / 2**30, 1.0).items()}}
 
             self.record("warm_read", c, one)
 
     def _epoch(self, c: Contender, prefix: str) -> dict[str, Any]:
         read = reader(c, self.pool, self.bucket)
         keys = [f"{prefix}{i:05d}" for i in range(self.p.dataset_count)]
+        meter = CpuMeter(c.cpu_roots())
         t0 = time.perf_counter()
         with cf.ThreadPoolExecutor(self.p.threads) as ex:
             sizes = [n for _, _, n in ex.map(read, keys)]
         seconds = time.perf_counter() - t0
         if sum(sizes) != self.p.dataset_count * self.p.dataset_object:
             raise RuntimeError(f"read {sum(sizes)} bytes, expected {self.p.dataset_count * self.p.dataset_object}")
-        return {"seconds": seconds, "objects_per_s": len(keys) / seconds, "mbps": sum(sizes) / seconds / 1e6}
+        return {"seconds": seconds, "objects_per_s": len(keys) / seconds, "mbps": sum(sizes) / seconds / 1e6,
+                **{f"{k}_ms_per_object": v for k, v in cpu_per(meter, len(keys), 1e3).items()}}
 
     def cold_epoch(self, run: int) -> None:
         for c in self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy"), run):
@@ -318,13 +340,17 @@ class Bench:
                 row: dict[str, Any] = {}
                 url = c.url(self.bucket, key)
                 read_http(self.pool, url)  # warm it (and the connection)
+                meter = CpuMeter(c.cpu_roots())
                 lat = timed_loop(lambda i: read_http(self.pool, url), self.p.small_n, self.p.latency_budget_s)
-                row.update(http_p50_ms=pct(lat, 0.5) * 1e3, http_p99_ms=pct(lat, 0.99) * 1e3, http_n=len(lat))
+                row.update(http_p50_ms=pct(lat, 0.5) * 1e3, http_p99_ms=pct(lat, 0.99) * 1e3, http_n=len(lat),
+                           **{f"http_{k}_us": v for k, v in cpu_per(meter, len(lat), 1e6).items()})
                 if c.kind == "s3":
                     s3 = c.s3()
+                    meter = CpuMeter(c.cpu_roots())
                     lat = timed_loop(lambda i: s3.get_object(Bucket=self.bucket, Key=key)["Body"].read(),
                                      self.p.small_n, self.p.latency_budget_s)
-                    row.update(boto3_p50_ms=pct(lat, 0.5) * 1e3, boto3_p99_ms=pct(lat, 0.99) * 1e3, boto3_n=len(lat))
+                    row.update(boto3_p50_ms=pct(lat, 0.5) * 1e3, boto3_p99_ms=pct(lat, 0.99) * 1e3, boto3_n=len(lat),
+                               **{f"boto3_{k}_us": v for k, v in cpu_per(meter, len(lat), 1e6).items()})
                 return row
 
             self.record("small_get", c, one)

@@ -24,6 +24,7 @@ from typing import Any
 
 import urllib3
 
+from bench.proc_cpu import snapshot
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess, free_port
 from tests.support.seaweed import SeaweedServer
 
@@ -65,13 +66,8 @@ def curl_mbps(url: str, size: int) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its children (nginx's worker), from /proc."""
-    total = 0.0
-    pids = [pid] + [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    for p in pids:
-        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    """CPU of a process and its descendants (nginx's worker), from /proc (``bench.proc_cpu``)."""
+    return sum(snapshot([pid]).values())
 
 
 def p50_us(pool: urllib3.PoolManager, url: str, n: int) -> float:

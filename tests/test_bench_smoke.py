@@ -37,3 +37,25 @@ def test_bench_smoke_profile_writes_a_report(tmp_path: Path) -> None:
             rows = runs[workload][contender]
             assert rows and "error" not in rows[0], (workload, contender, rows)
     assert runs["herd"]["ferry"][0]["remote_bytes"] > 0
+    # issue 16: process CPU (/proc) of every contender that runs on this machine, as numbers and as columns
+    local = ["ferry", "rclone"] + (["nginx-proxy"] if "nginx-proxy" in runs["small_get"] else [])
+    for contender in local:
+        assert runs["small_get"][contender][0]["http_cpu_us"] > 0, contender
+    for contender in ("ferry", "rclone"):
+        row = runs["checkpoint"][contender][0]
+        assert row["cpu_s_per_gib"] > 0 and row["cpu_s_per_gib_durable"] >= row["cpu_s_per_gib"], (contender, row)
+        assert runs["small_put"][contender][0]["cpu_us"] > 0, contender
+    assert "cpu_s_per_gib" not in runs["checkpoint"]["direct"][0]  # no local server: no CPU column
+    assert "### Issue 16's figures" in report and "### Process CPU per unit of work" in report
+    figures = report.split("### Issue 16's figures", 1)[1].split("###", 1)[0]
+    for figure in ("checkpoint ack MB/s vs rclone serve s3", "gateway CPU s per GiB acknowledged vs rclone's",
+                   "remote holds it, vs direct upload time", "4 KiB PUT p50", "4 KiB PUT p99",
+                   "gateway CPU µs per 4 KiB hit", "warm single stream", "cold epoch vs direct"):
+        row = next(line for line in figures.splitlines() if figure in line)
+        assert "not measured" not in row, row  # nginx is not installed everywhere: its ratio may be missing
+    cpu = report.split("### Process CPU per unit of work", 1)[1].split("###", 1)[0]
+    assert "CPU s per GiB acknowledged" in cpu and "CPU µs per 4 KiB hit (urllib3)" in cpu
+    for label in ("| Ferry |", "| rclone serve s3"):
+        row = next(line for line in cpu.splitlines() if line.startswith(label))
+        assert any(c.strip().replace(".", "").isdigit() for c in row.split("|")[2:]), row
+    assert "## Running the benchmark yourself" in report and "--link loopback" in report
