@@ -300,8 +300,12 @@ def build(settings: Settings) -> Container:
     catalog = Catalog(engine, settings.node_id)
     blobs = BlobStore(settings.data_dir, fsync=settings.fsync)
     remote = make_remote(settings, engine)
+    # The takeover grace covers a shared catalog that stops answering while a holder's requests
+    # are in flight (PostgreSQL restarting). A SQLite journal is a local file of one data
+    # directory's owner: no outage lapses its leases, so a dead worker's rows come back at once.
+    grace = settings.destage_takeover_grace if engine.dialect.name == "postgresql" else 0.0
     journal = Journal(engine, settings.node_id, bookkeeping=relaxed_engine(settings, engine),
-                      takeover_grace=settings.destage_takeover_grace)
+                      takeover_grace=grace)
     part_copies = PartCopies()  # parts on their way to the remote, which the destage waits for
     destager = make_destager(settings, journal, blobs, remote, part_copies)
     acks = AckGate(max_wait=settings.destage_yield_seconds)  # destage gives way to acknowledgements
