@@ -616,6 +616,7 @@ def test_bulk_revalidation_drops_changed_and_deleted_entries_with_one_list(proxy
         assert proxy.gets("bulk/k020") == []
 
 
+@pytest.mark.slow  # ~36 s of indexing a million entries: a scale check, on demand
 def test_restart_with_a_million_cached_entries_serves_within_seconds(proxy: CountingProxy, cbucket: str,
                                                                      remote: Any, tmp_path: Path) -> None:
     gw = GatewayProcess(proxy, tmp_path / "million", env=cache_env())

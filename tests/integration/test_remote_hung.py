@@ -46,7 +46,7 @@ def timed_503(call: Callable[[], Any]) -> tuple[float, dict[str, Any]]:
     return elapsed, meta["HTTPHeaders"]
 
 
-@pytest.mark.parametrize("mode", ["write-back", "write-through"])
+@pytest.mark.parametrize("mode", ["write-back", pytest.param("write-through", marks=pytest.mark.slow)])  # ~25 s each
 def test_hung_remote_answers_503_within_deadline(hung_remote: SeaweedServer, tmp_path: Path, mode: str) -> None:
     """Each request is the half-open circuit's probe (cooldown 1 s): it discovers the hung remote
     itself, in one remote call's attempts; its further remote calls fail at once. (Without the

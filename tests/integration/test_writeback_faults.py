@@ -274,6 +274,7 @@ def _multipart(client: Any, bucket: str, up: Upload, shared: list[bytes], rnd: r
         up.error = f"{type(exc).__name__}: {exc}"
 
 
+@pytest.mark.slow  # ~60 s; the quick profile's kill -9 under mixed load (tests/reliability/test_kill9.py) covers multipart
 @pytest.mark.parametrize("mode", MODES_QUICK_EMBEDDED, indirect=True)
 def test_kill9_gateway_during_concurrent_multipart_uploads(make_node: Callable[..., Node], mode: Mode,
                                                           bucket: str, seaweed: SeaweedServer) -> None:
@@ -494,6 +495,7 @@ def test_rapid_overwrites_remote_ends_with_newest(make_node: Callable[..., Node]
 # ------------------------------------------------------------------------------------ 4. remote down
 
 
+@pytest.mark.slow  # ~45 s; test_writeback.py's restart during an outage covers the outage in the quick profile
 def test_remote_down_30s_writes_acknowledged_and_destaged_after(make_node: Callable[..., Node]) -> None:
     with SeaweedServer() as sw:
         bucket = sw.create_bucket("wbf-outage")
