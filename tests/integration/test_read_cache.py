@@ -704,6 +704,7 @@ def test_a_changed_block_size_never_serves_wrong_bytes(proxy: CountingProxy, cbu
         assert read(gw, cbucket, "resize/obj") == data
 
 
+@pytest.mark.slow  # ~24 s: a listing-order quirk of one remote, on demand
 def test_bulk_revalidation_keeps_entries_a_listing_order_quirk_leaves_out(proxy: CountingProxy, cbucket: str,
                                                                           remote: Any, tmp_path: Path) -> None:
     """SeaweedFS lists directory by directory: 'o/ferry/...' comes before 'o/ferry-w2/...', the

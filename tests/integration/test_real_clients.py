@@ -224,9 +224,9 @@ def test_multipart_file_roundtrip(client_name: str, gateway: GatewayProcess, sea
     big_roundtrip(cli, gateway, seaweed, fresh_bucket, big_file, tmp_path)
 
 
-# The tree sync of every client on demand; the quick profile syncs with the AWS CLI and rclone
+# The tree sync of every client on demand; the quick profile syncs with rclone
 # (each client's multipart file round trip stays in the quick profile).
-@pytest.mark.parametrize("client_name", [n if n in ("aws", "rclone") else pytest.param(n, marks=pytest.mark.slow)
+@pytest.mark.parametrize("client_name", [n if n == "rclone" else pytest.param(n, marks=pytest.mark.slow)
                                          for n in CLIENT_NAMES])
 def test_tree_sync_roundtrip(client_name: str, gateway: GatewayProcess, seaweed: Any, fresh_bucket: str,
                              tree: Path, tmp_path: Path) -> None:
