@@ -5,6 +5,7 @@
 #   scripts/test.sh tests/unit -x           extra arguments go to pytest (still the quick profile)
 #   scripts/test.sh -m slow                 any -m of yours replaces the quick profile
 #   scripts/test.sh -m ""                   everything
+#   FERRY_TEST_WORKERS=0 scripts/test.sh    one pytest process, no parallel pass (default: 3 workers)
 #
 # The quick profile includes the reliability suite's quick profile (tests/reliability, a few
 # minutes; it restarts the machine's PostgreSQL and Redis once each, see tests/reliability/README.md).
@@ -24,16 +25,44 @@ if ! .venv/bin/ruff check --extend-exclude .tools .; then
   exit 1
 fi
 
-has_markexpr=0
-for arg in "$@"; do
-  case "$arg" in -m | -m*) has_markexpr=1 ;; esac
+# The marker expression: yours (-m EXPR / -mEXPR), else the quick profile's "not slow".
+markexpr="not slow"
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -m) markexpr="${2-}"; shift 2 || shift ;;
+    -m*) markexpr="${1#-m}"; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
 done
-if [ "$has_markexpr" = 0 ]; then set -- -m "not slow" "$@"; fi
+set -- ${args[@]+"${args[@]}"}
 
-echo "test: python -m pytest $*" >&2
+# Parallel pass: FERRY_TEST_WORKERS pytest-xdist workers (default 3: the tests mostly wait on the
+# processes they start), whole files per worker so each module's gateway is started once. Each
+# worker has its own PostgreSQL database and Redis database (tests/conftest.py). Tests that restart
+# the machine's PostgreSQL or Redis (marker restarts_services) would pull the services from under
+# the other workers, so they run afterwards, alone. FERRY_TEST_WORKERS=0 runs everything in one
+# process, in one pass.
+workers="${FERRY_TEST_WORKERS:-3}"
+serial_only="restarts_services"
+if [ -n "$markexpr" ]; then scoped() { echo "($markexpr) and $1"; }; else scoped() { echo "$1"; }; fi
+
+run_pytest() {
+  echo "test: python -m pytest $*" >&2
+  .venv/bin/python -m pytest -p no:cacheprovider "$@"
+}
+
 set +e
-.venv/bin/python -m pytest -p no:cacheprovider "$@"
-rc=$?
+if [ "$workers" = 0 ]; then
+  run_pytest -m "$markexpr" "$@"
+  rc=$?
+else
+  run_pytest -n "$workers" --dist loadfile -m "$(scoped "not $serial_only")" "$@"
+  rc=$?
+  run_pytest -m "$(scoped "$serial_only")" "$@"
+  rc_serial=$?
+  if [ "$rc_serial" -ne 5 ] && { [ "$rc" -eq 0 ] || [ "$rc" -eq 5 ]; }; then rc=$rc_serial; fi
+fi
 set -e
 if [ "$rc" -eq 5 ]; then echo "test: pytest collected no tests (exit code 5)" >&2; fi
 exit "$rc"

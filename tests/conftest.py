@@ -31,12 +31,33 @@ from tests.support.tls import TLSFiles, make_tls_files  # noqa: E402
 
 POSTGRES_HOST, POSTGRES_PORT = "127.0.0.1", 5432
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+
+# Under pytest-xdist (scripts/test.sh runs the quick profile with -n), each worker process has its
+# own database and Redis database, so one worker's fleet tests never see another's rows or queues.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def _per_worker(postgres_url: str, redis_url: str, worker: str) -> tuple[str, str]:
+    """``gw0`` keeps the given names; ``gwN`` gets database ``<name>_gwN`` and Redis db 7 + N
+    (8, 9, ...; db 15 is gw0's default, 11-14 are left to developers' parallel checkouts)."""
+    if not worker.startswith("gw") or not worker[2:].isdigit() or worker == "gw0":
+        return postgres_url, redis_url
+    from sqlalchemy.engine import make_url
+
+    index = int(worker[2:])
+    pg = make_url(postgres_url)
+    pg = pg.set(database=f"{pg.database}_{worker}").render_as_string(hide_password=False)
+    head, _, _db = redis_url.rpartition("/")
+    return pg, f"{head}/{(7 + index) % 16}"
+
+
 TEST_DATABASE = "ferry_test"
-POSTGRES_URL = os.environ.get(
-    "FERRY_TEST_DATABASE_URL",
-    f"postgresql+psycopg://postgres@{POSTGRES_HOST}:{POSTGRES_PORT}/{TEST_DATABASE}",
+POSTGRES_URL, REDIS_URL = _per_worker(
+    os.environ.get("FERRY_TEST_DATABASE_URL",
+                   f"postgresql+psycopg://postgres@{POSTGRES_HOST}:{POSTGRES_PORT}/{TEST_DATABASE}"),
+    os.environ.get("FERRY_TEST_BROKER_URL", f"redis://{REDIS_HOST}:{REDIS_PORT}/15"),
+    XDIST_WORKER,
 )
-REDIS_URL = os.environ.get("FERRY_TEST_BROKER_URL", f"redis://{REDIS_HOST}:{REDIS_PORT}/15")
 
 
 def services_required() -> bool:

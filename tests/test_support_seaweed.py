@@ -123,11 +123,12 @@ def test_client_config(seaweed: SeaweedServer) -> None:
 def test_fleet_services_answer(postgres_url: str, redis_url: str) -> None:
     import redis
     from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
 
     engine = create_engine(postgres_url)
     try:
         with engine.connect() as conn:
-            assert conn.execute(text("SELECT current_database()")).scalar() == "ferry_test"
+            assert conn.execute(text("SELECT current_database()")).scalar() == make_url(postgres_url).database
     finally:
         engine.dispose()
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
