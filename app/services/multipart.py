@@ -176,6 +176,7 @@ class MultipartService(ConditionalWrites):
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload(bucket, key, upload_id)
+        await settled_remote_upload(self.catalog, self._run, upload_id)  # its opener's id, to abort here
         try:
             blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id)
         except UploadNotOpen as exc:  # a Complete claimed it meanwhile

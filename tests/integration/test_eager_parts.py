@@ -165,8 +165,8 @@ def test_copies_of_one_upload_open_one_remote_upload(egw: GatewayProcess, proxy:
 
 def test_an_abort_while_the_remote_upload_is_being_opened_leaks_nothing(
         egw: GatewayProcess, proxy: CountingProxy, ebucket: str, seaweed: Any) -> None:
-    """The client aborts while the first copy's CreateMultipartUpload is on its way: the opener's
-    record is refused (the upload is gone) and it aborts what it opened."""
+    """The client aborts while the first copy's CreateMultipartUpload is on its way: the Abort
+    waits for the opener's record and aborts that remote upload, so none is left when it answers."""
     client = egw.client()
     key = "ckpt/aborted-while-opening"
     proxy.delay = 0.4
@@ -175,8 +175,10 @@ def test_an_abort_while_the_remote_upload_is_being_opened_leaks_nothing(
         client.upload_part(Bucket=ebucket, Key=key, UploadId=upload, PartNumber=1, Body=os.urandom(MiB))
         wait_for(lambda: f"POST /{ebucket}/{key}?uploads" in proxy.arrived)  # held 0.4 s by the proxy
         client.abort_multipart_upload(Bucket=ebucket, Key=key, UploadId=upload)
+        # Once the remote has opened it, it is already aborted (not 0.4 s later by its opener).
+        wait_for(lambda: any(r.method == "POST" and r.key == key and r.query == "uploads" for r in list(proxy.seen)))
+        assert remote_uploads_of(seaweed, ebucket, key) == []
     finally:
         proxy.delay = 0.0
-    wait_for(lambda: remote_uploads_of(seaweed, ebucket, key) == [])
     assert len(creates(proxy, key)) == 1
     client.close()
