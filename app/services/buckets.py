@@ -12,6 +12,7 @@ from app.domain.objects import (
 )
 from app.domain.uploads import UploadNotOpen
 from app.services.core import GatewayCore
+from app.services.eager_open import settled_remote_upload
 
 
 class BucketsService(GatewayCore):
@@ -60,7 +61,9 @@ class BucketsService(GatewayCore):
         await self.tenancy.deleted(bucket)
 
     async def _abort_for_bucket(self, bucket: str, key: str, upload_id: str) -> None:
-        """Abort one upload of a bucket being deleted; one being completed makes it not empty."""
+        """Abort one upload of a bucket being deleted; one being completed makes it not empty.
+        A remote upload being opened is waited for, so it is aborted before the bucket goes."""
+        await settled_remote_upload(self.catalog, self._run, upload_id)
         try:
             blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id)
         except UploadNotOpen:

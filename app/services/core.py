@@ -57,7 +57,7 @@ class GatewayCore:
                  part_copies: PartCopies | None = None,
                  budget: WriteBudget | None = None, disk: DiskReserve | None = None,
                  peers: PeerVersions | None = None, acks: AckGate | None = None,
-                 background_nice: int = 0) -> None:
+                 background_nice: int = 0, takeover_grace: float = 0.0) -> None:
         self.catalog = catalog
         self.tenancy = tenancy  # bucket ownership (Tenancy(shared=True) lets everyone in)
         self.blobs = blobs
@@ -77,6 +77,9 @@ class GatewayCore:
         self.inline_lookups = inline_lookups
         self.eager_parts = eager_parts
         self.part_copies = part_copies or PartCopies()
+        # How long a request may still be at the remote once its sender's lease is over
+        # (Settings.destage_takeover_grace): an eager opener's catalog lease covers it too.
+        self.takeover_grace = takeover_grace
         self._ahead: set[asyncio.Future[None]] = set()
         # Writes being acknowledged, which destage and part copies ahead (in threads of lower
         # priority) give way to: see services/background.py.

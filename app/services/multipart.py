@@ -40,6 +40,7 @@ from app.services.bodies import (
 )
 from app.services.conditional import ConditionalWrites
 from app.services.destage import UploadSpec, upload
+from app.services.eager_open import remote_upload_for_copy, settled_remote_upload
 from app.services.writemode import WriteMode
 
 log = logging.getLogger("ferry.gateway")
@@ -133,20 +134,9 @@ class MultipartService(ConditionalWrites):
             self.part_copies.finished(bucket, key)
 
     def _copy_part_sync(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
-        remote_id = self.catalog.remote_upload(upload_id)
+        remote_id = remote_upload_for_copy(self.catalog, self.remote, upload_id, bucket, key, self.takeover_grace)
         if remote_id is None:
-            found = self.catalog.get_upload(upload_id)
-            if found is None:
-                return  # completed or aborted meanwhile
-            info, headers = found
-            created = self.remote.create_multipart(bucket, key, dict(headers.get("content", {})),
-                                                   dict(headers.get("metadata", {})), info.checksum_algorithm,
-                                                   str(headers.get("checksum_type") or "") or None)
-            remote_id = self.catalog.claim_remote_upload(upload_id, created)
-            if remote_id != created:  # another worker created one first, or the upload ended
-                self.remote.abort_multipart(bucket, key, created)
-            if remote_id is None:
-                return
+            return  # completed or aborted meanwhile, or another copy is still opening it
         md5_b64 = base64.b64encode(bytes.fromhex(part.etag)).decode()
         try:
             fh = open(self.blobs.path(blob), "rb")  # noqa: SIM115 - closed below
@@ -186,6 +176,7 @@ class MultipartService(ConditionalWrites):
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload(bucket, key, upload_id)
+        await settled_remote_upload(self.catalog, self._run, upload_id)  # its opener's id, to abort here
         try:
             blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id)
         except UploadNotOpen as exc:  # a Complete claimed it meanwhile
@@ -257,7 +248,7 @@ class MultipartService(ConditionalWrites):
         metadata = dict(headers.get("metadata", {}))
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
-        remote_id = await self._run(self.catalog.remote_upload, upload_id)
+        remote_id = await settled_remote_upload(self.catalog, self._run, upload_id)
         checksums = multipart_checksum(info.checksum_algorithm, str(headers.get("checksum_type") or ""), pieces)
         if await mode.journals(bucket, key):
             # The parts become the object's blobs: no byte is copied again (here; a replica is a copy).

@@ -150,3 +150,41 @@ def test_bucket_owners(gw: GatewayProcess, seaweed: SeaweedServer) -> None:
     assert ferry(gw, "buckets", "unassign", bucket).returncode == 0
     assert ferry(gw, "buckets", "unassign", bucket).returncode == 1
     assert bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}
+
+
+def test_admin_tokens(gw: GatewayProcess) -> None:
+    tenant = uid("tok")
+    ok_json(ferry(gw, "tenants", "create", tenant, "--json"))
+    name = uid("ci")
+    created = ok_json(ferry(gw, "admin", "tokens", "create", name, "--scope", "read", "--scope", "write",
+                            "--tenant", tenant, "--json"))
+    assert created["scopes"] == ["read", "write"] and created["tenant"] == tenant and created["token"]
+    # The new token works (read, bound to its tenant), and cannot manage tokens (admin scope).
+    assert ferry(gw, "buckets", "list", token=created["token"]).returncode == 0
+    assert ferry(gw, "admin", "tokens", "list", token=created["token"]).returncode == 2
+    listed = ok_json(ferry(gw, "admin", "tokens", "list", "--json"))
+    mine = [t for t in listed if t["id"] == created["id"]]
+    assert mine and mine[0]["disabled"] is False and all("token" not in t for t in listed)
+    table = ferry(gw, "admin", "tokens", "list")
+    assert table.returncode == 0 and name in table.stdout and created["token"] not in table.stdout
+
+    plain = ferry(gw, "admin", "tokens", "create", uid("ops"), "--scope", "admin")
+    assert plain.returncode == 0 and "token=" in plain.stdout and "shown only now" in plain.stdout
+
+    revoked = ok_json(ferry(gw, "admin", "tokens", "revoke", name, "--json"))  # by name
+    assert revoked["id"] == created["id"] and revoked["disabled"] is True
+    out = ferry(gw, "buckets", "list", token=created["token"])
+    assert out.returncode == 2 and "401" in out.stderr
+    by_id = ferry(gw, "admin", "tokens", "revoke", str(created["id"]))
+    assert by_id.returncode == 0 and f"revoked admin token {created['id']}" in by_id.stdout
+
+
+def test_admin_token_errors(gw: GatewayProcess) -> None:
+    out = ferry(gw, "admin", "tokens", "create", uid("bad"), "--scope", "root")
+    assert out.returncode == 2 and "root" in out.stderr  # refused before asking the gateway
+    out = ferry(gw, "admin", "tokens", "create", uid("bad"), "--scope", "admin", "--tenant", "anyone")
+    assert out.returncode == 1 and "422" in out.stderr
+    out = ferry(gw, "admin", "tokens", "revoke", "no-such-token")
+    assert out.returncode == 1 and "no admin token named" in out.stderr
+    out = ferry(gw, "admin", "tokens", "revoke", "999999")
+    assert out.returncode == 1 and "404" in out.stderr

@@ -121,3 +121,64 @@ def test_abort_aborts_the_remote_upload(egw: GatewayProcess, proxy: CountingProx
     uploads = seaweed.client().list_multipart_uploads(Bucket=ebucket).get("Uploads", [])
     assert [u for u in uploads if u["Key"] == "ckpt/aborted"] == []
     client.close()
+
+
+def creates(proxy: CountingProxy, key: str) -> list[Any]:
+    proxy.idle()
+    return [r for r in list(proxy.seen) if r.method == "POST" and r.key == key and r.query == "uploads"]
+
+
+def remote_uploads_of(seaweed: Any, bucket: str, key: str) -> list[Any]:
+    uploads = seaweed.client().list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    return [u for u in uploads if u["Key"] == key]
+
+
+def test_copies_of_one_upload_open_one_remote_upload(egw: GatewayProcess, proxy: CountingProxy, ebucket: str,
+                                                    seaweed: Any) -> None:
+    """Issue 15: with a slow CreateMultipartUpload (here: every remote request held 0.4 s), the
+    copies of the later parts found no remote upload recorded yet and each opened one; the
+    Complete, reading none either, left the destage to open yet another. One is opened now (the
+    opener is recorded first), its id reaches the destage, and no two writes of the key meet."""
+    client = egw.client()
+    key = "ckpt/raced"
+    parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(MiB)]
+    proxy.max_concurrent_writes = 0
+    proxy.overlaps.clear()
+    proxy.delay = 0.4
+    try:
+        upload = client.create_multipart_upload(Bucket=ebucket, Key=key)["UploadId"]
+        done = [client.upload_part(Bucket=ebucket, Key=key, UploadId=upload, PartNumber=n, Body=body)["ETag"]
+                for n, body in enumerate(parts, start=1)]
+        client.complete_multipart_upload(Bucket=ebucket, Key=key, UploadId=upload, MultipartUpload={
+            "Parts": [{"PartNumber": n, "ETag": etag} for n, etag in enumerate(done, start=1)]})
+        assert egw.flush()["durable"]
+    finally:
+        proxy.delay = 0.0
+    assert len(creates(proxy, key)) == 1, f"remote uploads opened: {creates(proxy, key)}"
+    assert proxy.max_concurrent_writes == 1, proxy.overlaps
+    assert len(part_puts(proxy, key)) == 3, "a part was sent twice"
+    got = seaweed.client().get_object(Bucket=ebucket, Key=key)
+    assert got["Body"].read() == b"".join(parts)
+    assert remote_uploads_of(seaweed, ebucket, key) == []
+    client.close()
+
+
+def test_an_abort_while_the_remote_upload_is_being_opened_leaks_nothing(
+        egw: GatewayProcess, proxy: CountingProxy, ebucket: str, seaweed: Any) -> None:
+    """The client aborts while the first copy's CreateMultipartUpload is on its way: the Abort
+    waits for the opener's record and aborts that remote upload, so none is left when it answers."""
+    client = egw.client()
+    key = "ckpt/aborted-while-opening"
+    proxy.delay = 0.4
+    try:
+        upload = client.create_multipart_upload(Bucket=ebucket, Key=key)["UploadId"]
+        client.upload_part(Bucket=ebucket, Key=key, UploadId=upload, PartNumber=1, Body=os.urandom(MiB))
+        wait_for(lambda: f"POST /{ebucket}/{key}?uploads" in proxy.arrived)  # held 0.4 s by the proxy
+        client.abort_multipart_upload(Bucket=ebucket, Key=key, UploadId=upload)
+        # Once the remote has opened it, it is already aborted (not 0.4 s later by its opener).
+        wait_for(lambda: any(r.method == "POST" and r.key == key and r.query == "uploads" for r in list(proxy.seen)))
+        assert remote_uploads_of(seaweed, ebucket, key) == []
+    finally:
+        proxy.delay = 0.0
+    assert len(creates(proxy, key)) == 1
+    client.close()

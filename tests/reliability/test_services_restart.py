@@ -4,9 +4,10 @@ FERRY_SKIP_SERVICE_RESTARTS=1 skips them; each restart is short (a few seconds).
 
 Checked: while the service is away, clients get clear answers (503 with Retry-After, or a write
 that succeeds), never a 500; the gateway and the Celery worker recover by themselves (no process
-is restarted by the test); every acknowledged write reaches the remote; no two destages of one
-key are at the remote at once (a proxy in front of it counts writes of a key in flight); no blob
-or block file leaks. The service is running again at the end, even on failure.
+is restarted by the test); every acknowledged write reaches the remote; no two writes of one key
+are at the remote at once (a proxy in front of it counts writes of a key in flight, as
+tests/support/counting_proxy.py defines them: destages and the openings of remote uploads by
+eager part copies alike); no blob or block file leaks. The service is running again at the end, even on failure.
 """
 
 from __future__ import annotations
@@ -79,13 +80,6 @@ def service(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
 
 @pytest.mark.fleet
 @pytest.mark.restarts_services
-@pytest.mark.xfail(strict=False, reason="known, under investigation: after a PostgreSQL restart under load the "
-                   "proxy saw two requests on one key at the remote at once (lost=0, corrupted=0). Closed: a "
-                   "destage's writes end with its lease and a lapsed lease is taken over only after a grace "
-                   "(app/domain/fencing.py). Still seen once after that (2026-12-01): two CreateMultipartUpload "
-                   "2 ms apart and their Aborts, i.e. uploads opened for two versions of the key at once (the "
-                   "part copies made as parts arrive run under no destage lease); no Complete, PUT or DELETE "
-                   "of the key overlapped")
 @pytest.mark.parametrize("service", list(SERVICES), indirect=True)
 def test_service_restart_under_load(service: dict[str, Any], fleet_node: Callable[..., FleetNode], seaweed: Any,
                                     recorder: Callable[[str, str], Record], request: pytest.FixtureRequest) -> None:

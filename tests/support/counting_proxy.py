@@ -7,17 +7,29 @@ answers on a share of requests (``fail_ratio``, a flapping remote), connections 
 of a GET body or after a write reached the remote (its answer lost), GET bodies cut short
 (``truncate_ratio``) or altered (``corrupt_at``). ``faults`` counts what was injected, and
 ``max_concurrent_writes`` the most writes of one key that were at the remote at once.
+
+A write of a key (``write_of_key``) is a request that the destage sends only under the key's
+lease (app/services/destage.py ``upload``), so no two may be at the remote at once: PutObject
+and CopyObject (PUT /bucket/key), DeleteObject (DELETE /bucket/key), CreateMultipartUpload
+(POST ?uploads), CompleteMultipartUpload (POST ?uploadId=) and AbortMultipartUpload (DELETE
+?uploadId=). Not one: UploadPart and UploadPartCopy (PUT ?partNumber=), the parts of one upload
+that go in parallel; requests of a bucket (no key). The key is the unquoted path, and a write is
+at the remote from when the proxy sends it upstream until the remote's answer has been read:
+not while the proxy holds it back (``delay``) nor when the proxy answers it itself
+(``fail_with``: the remote never sees it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import random
 import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -42,6 +54,20 @@ class Seen:
         return parts[1] if len(parts) == 2 else ""
 
 
+def write_of_key(method: str, path: str) -> str | None:
+    """The key that this request writes (see the module docstring), or None."""
+    target, _, query = path.partition("?")
+    params = {p.partition("=")[0] for p in query.split("&") if p}
+    parts = unquote(target).lstrip("/").split("/", 1)
+    if len(parts) != 2 or not parts[1]:
+        return None  # a request of a bucket
+    if method == "PUT" and "partNumber" not in params:
+        return parts[1]
+    if method == "DELETE" or (method == "POST" and params & {"uploads", "uploadId"}):
+        return parts[1]
+    return None
+
+
 class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A peer that resets or drops a connection (the faults this proxy plays) is not news."""
@@ -55,6 +81,7 @@ class CountingProxy:
         self.access_key = upstream.access_key
         self.secret_key = upstream.secret_key
         self.seen: list[Seen] = []
+        self.arrived: list[str] = []  # "METHOD path?query" of every request, as it arrives (before any delay)
         self.fail_with: int | None = None  # answer every request with this status (an outage)
         self.delay = 0.0  # seconds added before forwarding each request (a long-haul link)
         # Hold every GET body after this many bytes until ``release`` is set (a remote that is
@@ -88,29 +115,36 @@ class CountingProxy:
                 pass
 
             def _forward(self) -> None:
-                # A write of an object (a PutObject, DeleteObject, multipart create or complete;
-                # not the parts of one upload, which may go in parallel).
-                write = (self.command in ("PUT", "POST", "DELETE") and "/" in self.path.lstrip("/")
-                         and "partNumber=" not in self.path)
-                key = self.path.partition("?")[0]
                 with proxy._busy:
                     proxy._in_flight += 1
-                    what = f"{time.time():.3f} {self.command} {self.path}"
-                    if write:
-                        proxy._writes[key] = proxy._writes.get(key, 0) + 1
-                        proxy.max_concurrent_writes = max(proxy.max_concurrent_writes, proxy._writes[key])
-                        proxy._writing.setdefault(key, []).append(what)
-                        if proxy._writes[key] > 1:
-                            proxy.overlaps.append(" | ".join(proxy._writing[key]))
+                    proxy.arrived.append(f"{self.command} {self.path}")
                 try:
                     self._relay()
                 finally:
                     with proxy._busy:
                         proxy._in_flight -= 1
-                        if write:
-                            proxy._writes[key] -= 1
-                            proxy._writing[key].remove(what)
                         proxy._busy.notify_all()
+
+            @contextlib.contextmanager
+            def _at_remote(self) -> Iterator[None]:
+                """Count a write of a key while it is at the remote (see write_of_key)."""
+                key = write_of_key(self.command, self.path)
+                if key is None:
+                    yield
+                    return
+                what = f"{time.time():.3f} {self.command} {self.path}"
+                with proxy._busy:
+                    proxy._writes[key] = proxy._writes.get(key, 0) + 1
+                    proxy.max_concurrent_writes = max(proxy.max_concurrent_writes, proxy._writes[key])
+                    proxy._writing.setdefault(key, []).append(what)
+                    if proxy._writes[key] > 1:
+                        proxy.overlaps.append(" | ".join(proxy._writing[key]))
+                try:
+                    yield
+                finally:
+                    with proxy._busy:
+                        proxy._writes[key] -= 1
+                        proxy._writing[key].remove(what)
 
             def _reset(self) -> None:
                 """Close with RST: the peer sees 'connection reset', not an end of stream."""
@@ -145,10 +179,12 @@ class CountingProxy:
                 conn = http.client.HTTPConnection(proxy._host, proxy._port, timeout=120)
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
+                    with self._at_remote():
+                        conn.request(self.command, self.path, body=body, headers=headers)
+                        resp = conn.getresponse()
+                        # A write is at the remote until its (small) answer is read; a GET streams.
+                        source = resp.read if self.command == "GET" else io.BytesIO(resp.read()).read
                     if cut == "reset" and self.command != "GET":  # it happened; the answer is lost
-                        resp.read()
                         self._reset()
                         proxy._record(self, 0, 0)
                         return
@@ -172,7 +208,7 @@ class CountingProxy:
 
                     try:
                         while self.command != "HEAD":
-                            chunk = resp.read(256 * 1024)
+                            chunk = source(256 * 1024)
                             if not chunk:
                                 break
                             if cut_at is not None and sent <= cut_at < sent + len(chunk):

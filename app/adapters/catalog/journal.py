@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,6 +22,7 @@ from sqlalchemy.orm import aliased, sessionmaker
 from app.adapters.catalog.cache_index import invalidate_key
 from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.journal_moves import move_rows
+from app.adapters.catalog.remote_opening import key_lock_id, opener_of_key
 from app.adapters.catalog.repo import UploadClaim, finish_upload
 from app.adapters.catalog.tables import JournalReplica, MultipartPart, ObjectVersion
 from app.domain.states import DIRTY, TERMINAL, VersionState
@@ -48,10 +48,6 @@ def _row(r: ObjectVersion) -> VersionRow:
         next_attempt_at=r.next_attempt_at, remote_etag=r.remote_etag, durable_at=_aware(r.durable_at),
         remote_upload_id=r.remote_upload_id,
     )
-
-
-def _key_lock_id(bucket: str, key: str) -> int:
-    return zlib.crc32(f"{bucket}/{key}".encode("utf-8", "surrogatepass")) - 2**31
 
 
 class Journal:
@@ -263,7 +259,8 @@ class Journal:
     # ---- state changes (compare-and-swap) ------------------------------------------------------
     def claim(self, seq: int, lease_seconds: float) -> VersionRow | None:
         """BUFFERED -> DESTAGING with a lease, unless another row of the key holds a live lease
-        or one that ended less than the takeover grace ago (its holder may still be writing)."""
+        or one that ended less than the takeover grace ago (its holder may still be writing), or
+        an eager part copy is opening a remote upload of the key (``remote_opening.py``)."""
         now = self.clock()
         with self.bookkeeping.begin() as s:
             row = s.get(ObjectVersion, seq)
@@ -272,7 +269,7 @@ class Journal:
             if self.is_postgres and row.node_id != self.node_id:
                 return None  # a shared catalog: its bytes are on another node (or it was taken over)
             if self.is_postgres:
-                s.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _key_lock_id(row.bucket, row.key)})
+                s.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": key_lock_id(row.bucket, row.key)})
             other = aliased(ObjectVersion)
             moved = move_rows(
                 s.connection(), [VersionState.BUFFERED], VersionState.DESTAGING,
@@ -280,6 +277,7 @@ class Journal:
                 ~exists().where(other.bucket == row.bucket, other.key == row.key, other.seq != seq,
                                 other.state == VersionState.DESTAGING.value,
                                 other.lease_until > now - self.takeover_grace),
+                ~opener_of_key(row.bucket, row.key, now),
                 generation=ObjectVersion.generation + 1, lease_until=now + lease_seconds,
                 attempts=ObjectVersion.attempts + 1)
             if moved != 1:

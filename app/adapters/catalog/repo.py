@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Engine, delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.catalog.key_claims import KeyClaims
+from app.adapters.catalog.remote_opening import RemoteOpenings
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant
 from app.domain.objects import PartInfo, UploadInfo
 from app.domain.states import UPLOAD_ALLOWED, IllegalTransition, UploadState, check_move
@@ -69,7 +70,7 @@ def _aware(when: datetime) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-class Catalog(KeyClaims):
+class Catalog(KeyClaims, RemoteOpenings):
     """Uploads, parts, access keys; the per-key claims of conditional writes (``KeyClaims``)."""
 
     def __init__(self, engine: Engine, node_id: str | None = None) -> None:
@@ -152,16 +153,6 @@ class Catalog(KeyClaims):
         with self.sessions() as s:
             return s.scalar(select(MultipartUpload.remote_upload_id).where(
                 MultipartUpload.upload_id == upload_id, MultipartUpload.state != UploadState.COMPLETED.value))
-
-    def claim_remote_upload(self, upload_id: str, remote_upload_id: str) -> str | None:
-        """Record the remote upload of this upload unless one is recorded already (several
-        workers may race to create it); returns the one that counts (None: upload gone)."""
-        with self.sessions.begin() as s:
-            s.execute(update(MultipartUpload).where(MultipartUpload.upload_id == upload_id,
-                                                    MultipartUpload.remote_upload_id.is_(None),
-                                                    MultipartUpload.state == UploadState.OPEN.value)
-                      .values(remote_upload_id=remote_upload_id))
-            return s.scalar(select(MultipartUpload.remote_upload_id).where(MultipartUpload.upload_id == upload_id))
 
     def put_part(self, upload_id: str, part: PartInfo, blob: str) -> str | None:
         """Record a part (replacing an earlier upload of the same number); returns the old blob.

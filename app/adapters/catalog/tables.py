@@ -80,6 +80,10 @@ class MultipartUpload(Base):
     # remote holds most of the object by the time the client completes it.
     remote_upload_id: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     node_id: Mapped[str | None] = mapped_column(String(128), nullable=True)  # whose disk holds the parts
+    # Who is opening the remote upload right now (record before create): one opener per upload,
+    # until ``remote_opener_until`` (app/adapters/catalog/remote_opening.py).
+    remote_opener: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    remote_opener_until: Mapped[float | None] = mapped_column(Float, nullable=True)
     claim: Mapped[str | None] = mapped_column(String(64), nullable=True)
     claim_until: Mapped[float | None] = mapped_column(Float, nullable=True)
     claim_node: Mapped[str | None] = mapped_column(String(128), nullable=True)  # the claimer's node
