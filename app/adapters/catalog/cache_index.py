@@ -58,6 +58,9 @@ def _entry(row: Any) -> Entry:
                  row.cached_bytes, row.validated_at, row.last_access)
 
 
+DECODED_SIZE = 8192  # decoded entries kept beside the lookups' memo
+
+
 class _Row(NamedTuple):
     """A cache_entries row from the raw SQLite lookup, in hotpath.CACHE_ENTRY's column order."""
 
@@ -122,6 +125,7 @@ class CacheIndex:
         self._write_lock: Any = threading.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
         self._relaxed_commit = engine.dialect.name == "postgresql"
         self.lookups = SqliteLookups.for_engine(engine)
+        self._decoded: dict[tuple[str, str], tuple[tuple[Any, ...], Entry]] = {}
         self._get = select(*_COLUMNS).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
                                             T.c.key == bindparam("k"))
         self._touch = (update(T).where(T.c.id == bindparam("eid"))
@@ -151,7 +155,18 @@ class CacheIndex:
     def get(self, bucket: str, key: str) -> Entry | None:
         if self.lookups is not None:
             raw = self.lookups.cache_entry(self.node_id, bucket, key)
-            return _entry(_Row(*raw)) if raw is not None else None
+            if raw is None:
+                return None
+            # The lookups' memo hands back the same row object until the catalog changes: its
+            # decoded Entry (the metadata's JSON) is reused with it. Entries are never mutated.
+            known = self._decoded.get((bucket, key))
+            if known is not None and known[0] is raw:
+                return known[1]
+            if len(self._decoded) >= DECODED_SIZE:
+                self._decoded.clear()
+            entry = _entry(_Row(*raw))
+            self._decoded[(bucket, key)] = (raw, entry)
+            return entry
         with self.engine.connect() as conn:
             row = conn.execute(self._get, {"n": self.node_id, "b": bucket, "k": key}).first()
         return _entry(row) if row is not None else None

@@ -59,6 +59,14 @@ class CachedRead:
     files: list[FileSegment] | None = None
 
 
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def _nothing_to_close() -> None:
+    return None
+
+
 def _outcome(outcome: str, bucket: str, tenant: int | None) -> None:
     metrics.cache_outcome(outcome, bucket, tenant)
     metrics.set_outcome(outcome)  # the slow log's stage record of this request
@@ -114,6 +122,12 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
             self._judge(conditions, entry, outcome, tenant_id)
         rng = byte_range(entry.size) if range_header else None
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
+        if outcome != "miss":
+            small = self._small_hit(entry, first, last)
+            if small is not None:
+                _outcome(outcome, bucket, tenant_id)
+                metrics.served_bytes(outcome, bucket, len(small[0]))
+                return CachedRead(entry.meta, rng, _once(small[0]), _nothing_to_close, outcome, small[1])
         files = self._segments(entry, first, last) if outcome != "miss" else None
         if files is None and outcome != "miss" and self.disk_low():
             _outcome("miss", bucket, tenant_id)  # blocks to fetch, no room for them: read through

@@ -20,6 +20,8 @@ from app.domain.objects import FileRange, FileSegment
 from app.services.cache.base import LOCK_POLL, LOCK_POLL_MAX, CacheBase
 from app.services.cache.fill import INLINE_READ, SEND_CHUNK, Fill
 
+SMALL_HIT = 64 * 1024  # blocks read whole for a hit; larger ones go out as file ranges or slices
+
 
 class Serving(CacheBase):
     """Reading blocks out: segments, the stream, and where each block's bytes are. Uses
@@ -40,6 +42,23 @@ class Serving(CacheBase):
             end = min(last, idx * size + length - 1) - idx * size
             segments.append(FileSegment(str(path), DATA_OFFSET + start, end - start + 1))
         return segments
+
+    def _small_hit(self, entry: Entry, first: int, last: int) -> tuple[bytes, list[FileSegment]] | None:
+        """A range within one present block of at most ``SMALL_HIT`` bytes: its bytes, read
+        now in one ``pread`` with the block's header (which ``size_of`` would read anyway), and
+        its segment. None for anything else (the general walk serves it). The bytes are read
+        before the answer starts, so an eviction after this cannot cut the body short."""
+        size = entry.block_size
+        idx = first // size
+        if last < first or last // size != idx or entry.block_length(idx) > SMALL_HIT:
+            return None
+        name = self._name(entry, idx)
+        data = self.store.read_small(name, SMALL_HIT)
+        if data is None or len(data) != entry.block_length(idx):
+            return None
+        start = first - idx * size
+        body = data[start:last - idx * size + 1] if start or last - idx * size + 1 != len(data) else data
+        return body, [FileSegment(self.store.file_of(name), DATA_OFFSET + start, len(body))]
 
     async def _stream(self, entry: Entry, first: int, last: int, outcome: str, *,
                       record: bool = True, file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
