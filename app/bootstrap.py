@@ -21,6 +21,7 @@ from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.journal_queries import JournalQueries
 from app.adapters.catalog.nodes import NodeDirectory
 from app.adapters.catalog.owners import OwnerRepo
+from app.adapters.catalog.part_claims import PartClaims
 from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.remote_uploads import OwnedRemoteUploads
 from app.adapters.catalog.remotes import RemoteRepo
@@ -306,7 +307,9 @@ def build(settings: Settings) -> Container:
     grace = settings.destage_takeover_grace if engine.dialect.name == "postgresql" else 0.0
     journal = Journal(engine, settings.node_id, bookkeeping=relaxed_engine(settings, engine),
                       takeover_grace=grace)
-    part_copies = PartCopies()  # parts on their way to the remote, which the destage waits for
+    # Parts on their way to the remote, which the destage waits for: claimed in the catalog, so
+    # every worker process (--workers N, Celery) sees the copies of the others.
+    part_copies = PartCopies(PartClaims(engine, settings.node_id))
     destager = make_destager(settings, journal, blobs, remote, part_copies)
     acks = AckGate(max_wait=settings.destage_yield_seconds)  # destage gives way to acknowledgements
     executor = make_executor(settings, journal, destager, acks)

@@ -16,7 +16,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -75,7 +75,10 @@ def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurren
         if copies is not None and spec.remote_upload_id:
             # Let the parts still being copied ahead land, rather than send them a second time.
             copies.wait_idle(spec.bucket, spec.key, timeout=1800)
-        remote_etag = _upload_multipart(remote, store, spec, part_concurrency, fence)
+            copies.wait_others(spec.remote_upload_id, timeout=1800)  # and other processes' copies
+        remote_etag = _upload_multipart(remote, store, spec, part_concurrency, fence, copies)
+        if copies is not None and spec.remote_upload_id:
+            copies.forget(spec.remote_upload_id)
     else:
         remote_etag = _put_single(remote, store, spec, conditional, fence)
     if remote_etag and remote_etag != spec.etag:
@@ -147,7 +150,7 @@ def delete(remote: RemotePort, bucket: str, key: str, conditional: bool = False,
 
 
 def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, concurrency: int,
-                      fence: Callable[[], bool] | None = None) -> str:
+                      fence: Callable[[], bool] | None = None, copies: PartCopies | None = None) -> str:
     """Same part boundaries as the client used, so the remote's ETag is the client's.
 
     When the parts were copied to a remote upload as they arrived, that upload is reused: the
@@ -175,9 +178,13 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
 
     def send(number: int, piece: BlobRef) -> None:
         md5_b64 = base64.b64encode(bytes.fromhex(piece.etag)).decode()
-        with open(store.path(piece.blob), "rb") as fh, _guarded(fence):
-            etag = remote.upload_part(spec.bucket, spec.key, upload_id, number, _bounded(fence, fh), piece.size,
-                                      md5_b64, piece.checksums)
+        with _claimed(copies, upload_id, number) as (part_lease, waited):
+            if waited and remote.list_parts(spec.bucket, spec.key, upload_id).get(number) == piece.etag:
+                return  # another worker's copy of this part landed while we waited for it
+            with open(store.path(piece.blob), "rb") as fh, _guarded(fence):
+                body = part_lease.bound(_bounded(fence, fh)) if part_lease else _bounded(fence, fh)
+                etag = remote.upload_part(spec.bucket, spec.key, upload_id, number, body, piece.size,
+                                          md5_b64, piece.checksums)
         if etag and etag != piece.etag:
             raise S3Error("InternalError", f"remote part {number} ETag {etag}, expected {piece.etag}")
 
@@ -198,6 +205,16 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
             with _guarded(fence):
                 remote.abort_multipart(spec.bucket, spec.key, upload_id)
         raise
+
+
+@contextlib.contextmanager
+def _claimed(copies: PartCopies | None, upload_id: str, number: int) -> Iterator[tuple[Lease | None, bool]]:
+    """The part's claim shared with eager copies in every process (none without ``copies``)."""
+    if copies is None:
+        yield None, False
+        return
+    with copies.sending_after_others(upload_id, number, timeout=1800) as held:
+        yield held
 
 
 def _checksum_type(spec: UploadSpec) -> str | None:

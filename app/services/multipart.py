@@ -142,8 +142,12 @@ class MultipartService(ConditionalWrites):
             fh = open(self.blobs.path(blob), "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:
             return  # replaced by a newer upload of the same part, or completed and destaged
-        with fh:
-            self.remote.upload_part(bucket, key, remote_id, part.part_number, fh, part.size, md5_b64, part.checksums)
+        with fh, self.part_copies.sending(remote_id, part.part_number) as lease:
+            if lease is None:
+                return  # another worker is sending this part (a newer upload of it, or the destage)
+            with lease.guard():
+                self.remote.upload_part(bucket, key, remote_id, part.part_number, lease.bound(fh), part.size,
+                                        md5_b64, part.checksums)
 
     async def upload_part_copy(self, bucket: str, key: str, upload_id: str, number: int, src_bucket: str,
                                src_key: str, src_range: str | None,

@@ -84,6 +84,7 @@ class CountingProxy:
         self.arrived: list[str] = []  # "METHOD path?query" of every request, as it arrives (before any delay)
         self.fail_with: int | None = None  # answer every request with this status (an outage)
         self.delay = 0.0  # seconds added before forwarding each request (a long-haul link)
+        self.part_delay = 0.0  # seconds added before forwarding each UploadPart (a slow part upload)
         # Hold every GET body after this many bytes until ``release`` is set (a remote that is
         # still sending); ``stalled`` is set when a body is held.
         self.stall_after: int | None = None
@@ -159,6 +160,8 @@ class CountingProxy:
                 if proxy.delay:
                     proxy._count()
                     time.sleep(proxy.delay)
+                if proxy.part_delay and self.command == "PUT" and "partNumber=" in self.path:
+                    time.sleep(proxy.part_delay)
                 if proxy.fail_with is not None and proxy._roll(proxy.fail_ratio):
                     error = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>injected'
                              b'</Message></Error>' % proxy.fail_code.encode()) if proxy.fail_code else b""

@@ -344,3 +344,17 @@ class KeyClaim(Base):
     invocation: Mapped[str | None] = mapped_column(String(128), nullable=True)
     etag: Mapped[str | None] = mapped_column(String(128), nullable=True)
     done_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+
+
+class PartCopy(Base):
+    """A part being sent to a remote multipart upload (``adapters/catalog/part_claims.py``):
+    by an eager copy or a destage, in whichever worker process; held under a lease so that a
+    worker killed mid-copy gives the part back, and released (deleted) when the copy ends."""
+
+    __tablename__ = "part_copies"
+
+    remote_upload_id: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    part_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token: Mapped[str] = mapped_column(String(64))
+    lease_until: Mapped[float] = mapped_column(Float)
+    node_id: Mapped[str | None] = mapped_column(String(64), nullable=True)

@@ -1,0 +1,70 @@
+"""Part copy claims over a real migrated catalog (SQLite and PostgreSQL): one sender per part
+of a remote upload across processes; the destage waits for live claims and not for a claim
+whose holder was killed (its lease runs out); a taken-over claim cannot be renewed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from app.adapters.catalog.engine import make_engine
+from app.adapters.catalog.migrate import upgrade
+from app.adapters.catalog.part_claims import PartClaims
+from app.services.partcopies import PartCopies
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    url = f"sqlite:///{tmp_path / 'ferry.db'}" if request.param == "sqlite" else \
+        request.getfixturevalue("fresh_postgres_url")
+    upgrade(url)
+    eng = make_engine(url)
+    yield eng
+    eng.dispose()
+
+
+def test_one_sender_per_part_and_a_dead_holder_runs_out(engine: Engine) -> None:
+    claims = PartClaims(engine, "n1")
+    assert claims.claim_part("r1", 1, "a", 0.5)
+    assert not claims.claim_part("r1", 1, "b", 0.5)  # held by a
+    assert claims.claim_part("r1", 2, "b", 0.5)  # another part is free
+    assert claims.live_parts("r1") == {1, 2}
+    time.sleep(0.6)  # a was killed: it stopped renewing
+    assert claims.live_parts("r1") == set()
+    assert claims.claim_part("r1", 1, "c", 30.0)  # taken over
+    assert not claims.renew_part("r1", 1, "a", 30.0)  # the old holder cannot come back
+    claims.release_part("r1", 1, "a")  # nor release the new holder's claim
+    assert claims.live_parts("r1") == {1}
+    claims.release_part("r1", 1, "c")
+    assert claims.live_parts("r1") == set()
+    claims.forget_parts("r1")
+    assert claims.claim_part("r1", 2, "d", 30.0)
+
+
+def test_the_destage_waits_for_a_copy_in_flight_elsewhere(engine: Engine) -> None:
+    copier = PartCopies(PartClaims(engine, "n1"), lease_seconds=0.6)
+    destage = PartCopies(PartClaims(engine, "n1"), lease_seconds=0.6)
+    landed = threading.Event()
+
+    def copy() -> None:
+        with copier.sending("r2", 3) as lease:
+            assert lease is not None
+            time.sleep(1.5)  # longer than the lease: renewed while the body is sent
+            assert not lease.expired()
+            landed.set()
+
+    thread = threading.Thread(target=copy)
+    thread.start()
+    time.sleep(0.2)
+    with destage.sending("r2", 3) as lease:
+        assert lease is None  # never two senders of one part
+    assert destage.wait_others("r2", timeout=10)
+    assert landed.is_set()
+    thread.join()
+    with destage.sending_after_others("r2", 3, timeout=5) as (lease, waited):
+        assert lease is not None and not waited
