@@ -1,7 +1,7 @@
 """part copies: parts being sent to a remote multipart upload, shared by every worker process
 
 Revision ID: 0008w
-Revises: 0007r
+Revises: 0008m
 Create Date: 2026-12-01 17:00:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0008w'
-down_revision = '0007r'
+down_revision = '0008m'
 branch_labels = None
 depends_on = None
 
