@@ -117,7 +117,7 @@ class WritesService(ConditionalWrites):
     def _inlines(self, bucket: str, key: str, received: ReceivedBody) -> bool:
         """Whether the body goes into its journal row: small, held in memory, and no other
         node needs a file of it (a replicated write sends its blob to a peer)."""
-        return (received.data is not None and len(received.data) <= self.inline_max
+        return (self.inline_max > 0 and received.data is not None and len(received.data) <= self.inline_max
                 and (self.peers is None or self.policy(bucket, key).write_replicas <= 1))
 
     def _journal_inline(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
