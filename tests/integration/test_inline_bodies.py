@@ -202,8 +202,9 @@ def test_a_small_put_costs_one_fsync(gw: GatewayProcess, remote: SeaweedServer, 
     if count == 0:
         pytest.skip("strace could not attach (ptrace not permitted here)")
     # One fsync per PUT (the row's WAL commit); before inline bodies it was three (the body's file,
-    # its directory, the row). WAL checkpoints and restarts add a few.
-    assert count <= puts * 5 // 4 + 2, f"{count} fsyncs for {puts} small PUTs"
+    # its directory, the row: 61 here). WAL checkpoints and restarts, and the chores' and node
+    # heartbeat's commits meanwhile, add a few.
+    assert count <= puts * 3 // 2, f"{count} fsyncs for {puts} small PUTs"
     gw.flush(BUCKET, "f/")
 
     def put_and_destage() -> None:
@@ -213,9 +214,10 @@ def test_a_small_put_costs_one_fsync(gw: GatewayProcess, remote: SeaweedServer, 
 
     # With the destage: its moves of an inline row (claim, durable) drop no file, so they skip the
     # fsync too (a file body's durable move must be synced before the file is dropped): about one
-    # fsync per PUT, plus the flush's commits and WAL checkpoints (two fsyncs each).
+    # fsync per PUT (26-35 seen; 84 before inline bodies), plus the flush's and chores' commits and
+    # WAL checkpoints (two fsyncs each).
     count = _fsyncs(gw.proc.pid, tmp_path / "strace2.txt", put_and_destage)
-    assert count <= puts * 5 // 4 + 8, f"{count} fsyncs for {puts} small PUTs and their destage"
+    assert count <= puts * 2, f"{count} fsyncs for {puts} small PUTs and their destage"
     assert direct_body(remote, "f/d0") == body
 
 
