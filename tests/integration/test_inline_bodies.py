@@ -150,6 +150,7 @@ def test_an_overwritten_inline_body_is_superseded_and_emptied(gw: GatewayProcess
     assert {state for _k, state, _b, _j in rows[:-1]} <= {"superseded", "durable"}
 
 
+@pytest.mark.slow  # about 30 s: the restart waits for the paused remote
 def test_kill9_right_after_the_ack_of_an_inline_body_loses_nothing(gw: GatewayProcess,
                                                                     remote: SeaweedServer) -> None:
     s3 = gw.client()
@@ -214,7 +215,7 @@ def test_a_small_put_costs_one_fsync(gw: GatewayProcess, remote: SeaweedServer, 
 
     # With the destage: its moves of an inline row (claim, durable) drop no file, so they skip the
     # fsync too (a file body's durable move must be synced before the file is dropped): about one
-    # fsync per PUT (26-35 seen; 84 before inline bodies), plus the flush's and chores' commits and
+    # fsync per PUT (26-35 seen; about 4 per PUT before inline bodies), plus the flush's and chores' commits and
     # WAL checkpoints (two fsyncs each).
     count = _fsyncs(gw.proc.pid, tmp_path / "strace2.txt", put_and_destage)
     assert count <= puts * 2, f"{count} fsyncs for {puts} small PUTs and their destage"
