@@ -327,6 +327,7 @@ def build(settings: Settings) -> Container:
                       budget=WriteBudget(settings.write_buffer_bytes, tenant_share=settings.tenant_buffer_share,
                                          tenant_uploads=settings.tenant_max_uploads),
                       disk=disk_reserve(settings), acks=acks, background_nice=settings.background_nice, takeover_grace=grace,
+                      inline_max=settings.inline_body_max_bytes if engine.dialect.name == "sqlite" else 0,
                       peers=PeerJournal(fleet[0], settings.fleet_secret or "", timeout=settings.fleet_peer_timeout)
                       if fleet else None)
     ensure_bootstrap_key(catalog, settings)

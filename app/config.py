@@ -176,6 +176,10 @@ class Settings(BaseSettings):
     # threads this much nicer than the process (0: same priority). See services/background.py.
     destage_yield_seconds: float = Field(0.05, ge=0, le=5)
     background_nice: int = Field(10, ge=0, le=19)
+    # A write-back body of at most this many bytes is kept in its journal row (SQLite journal
+    # only): the row's commit is then the write's only fsync. 0 stores every body as a file.
+    # At most 256 KiB (bodies that size are received in memory).
+    inline_body_max_bytes: int = Field(64 * 1024, ge=0, le=256 * 1024)
     destage_lease_seconds: float = Field(30.0, gt=1)
     destage_max_attempts: int = Field(12, ge=1)
     destage_backoff_base: float = Field(1.0, gt=0)

@@ -10,16 +10,23 @@ from datetime import datetime
 
 from app.domain.states import VersionState
 
+INLINE_BLOB = "inline"  # a piece whose bytes are in its journal row, not in a blob file
+
 
 @dataclass(slots=True)
 class BlobRef:
-    """One stored piece of an object: a whole body, or one multipart part."""
+    """One stored piece of an object: a whole body, or one multipart part. A small body may be
+    kept in its journal row instead of a file (``blob == INLINE_BLOB``, see ``Journal.inline_body``)."""
 
     blob: str
     size: int
     etag: str  # md5 hex of this piece
     checksums: dict[str, str] = field(default_factory=dict)
     number: int | None = None  # the client's part number (multipart), as used remotely
+
+    @property
+    def inline(self) -> bool:
+        return self.blob == INLINE_BLOB
 
     def as_json(self) -> list[object]:
         return [self.blob, self.size, self.etag, self.checksums] + ([self.number] if self.number is not None else [])

@@ -85,6 +85,7 @@ class ReceivedBody:
     staging: StagedBody
     digests: BodyDigests
     checksums: dict[str, str]
+    data: bytes | None = None  # the whole body, when it was small enough to be held in memory
 
 
 def multipart_etag(part_md5s: list[str]) -> str:

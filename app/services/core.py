@@ -57,7 +57,7 @@ class GatewayCore:
                  part_copies: PartCopies | None = None,
                  budget: WriteBudget | None = None, disk: DiskReserve | None = None,
                  peers: PeerVersions | None = None, acks: AckGate | None = None,
-                 background_nice: int = 0, takeover_grace: float = 0.0) -> None:
+                 background_nice: int = 0, takeover_grace: float = 0.0, inline_max: int = 0) -> None:
         self.catalog = catalog
         self.tenancy = tenancy  # bucket ownership (Tenancy(shared=True) lets everyone in)
         self.blobs = blobs
@@ -89,6 +89,8 @@ class GatewayCore:
         self.disk = disk  # the data directory's free space, when budgeted against it
         # Fleet mode: other nodes' buffered writes are read from them (None: every row is ours).
         self.peers = peers
+        # Write-back bodies up to this size go into their journal row (0: never; see Journal.append_put).
+        self.inline_max = inline_max
         self._dirty_cached = 0  # the journal's dirty bytes as last read (see _dirty_bytes)
         self._dirty_read_at = -1.0
         self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
@@ -242,6 +244,7 @@ class GatewayCore:
             if pending is not None:
                 await pending
                 pending = None
+            whole = bytes(buf) if not staging.size and len(buf) <= INLINE_BODY else None
             if buf:
                 if len(buf) <= INLINE_BODY:
                     write(buf)
@@ -266,4 +269,4 @@ class GatewayCore:
             raise
         computed = digests.checksums()
         return ReceivedBody(staging, digests, {alg: computed[alg] for alg in checksums} or {
-            alg: computed[alg] for alg in expected.algorithms if alg in computed})
+            alg: computed[alg] for alg in expected.algorithms if alg in computed}, whole)

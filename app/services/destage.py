@@ -49,6 +49,7 @@ class UploadSpec:
     checksums: dict[str, str]
     checksum_algorithm: str | None
     remote_upload_id: str | None = None  # parts may already be there (copied as they arrived)
+    inline: bytes | None = None  # the body of a single INLINE_BLOB piece (kept in the journal row)
 
 
 __all__ = ["CREDENTIAL_REFUSALS", "Destager", "LeaseLost", "UploadSpec", "delete", "upload"]
@@ -128,7 +129,10 @@ def _put_single(remote: RemotePort, store: BlobPort, spec: UploadSpec, condition
     condition = _expectation(remote, spec.bucket, spec.key) if conditional else {}
     _fenced(fence, spec.bucket, spec.key, "PutObject")
     with contextlib.ExitStack() as stack:
-        fh = stack.enter_context(open(store.path(piece.blob), "rb")) if piece is not None else io.BytesIO(b"")
+        if piece is None or piece.inline:
+            fh: BinaryIO = io.BytesIO(spec.inline or b"")
+        else:
+            fh = stack.enter_context(open(store.path(piece.blob), "rb"))
         stack.enter_context(_guarded(fence))
         return remote.put_object(spec.bucket, spec.key, _bounded(fence, fh), piece.size if piece else 0, md5_b64,
                                  spec.content_headers, spec.metadata, spec.checksums, **condition)
@@ -224,9 +228,9 @@ def _checksum_type(spec: UploadSpec) -> str | None:
     return "FULL_OBJECT" if value and "-" not in value else None
 
 
-def spec_of(row: VersionRow) -> UploadSpec:
+def spec_of(row: VersionRow, inline: bytes | None = None) -> UploadSpec:
     return UploadSpec(row.bucket, row.key, row.size, row.etag, row.blobs, row.multipart, row.content_headers,
-                      row.metadata, row.checksums, row.checksum_algorithm, row.remote_upload_id)
+                      row.metadata, row.checksums, row.checksum_algorithm, row.remote_upload_id, inline)
 
 
 class Destager:
@@ -277,7 +281,7 @@ class Destager:
                 delete(self.remote, row.bucket, row.key, conditional, fence=lease)
                 remote_etag = ""
             else:
-                remote_etag = upload(self.remote, self.store, spec_of(row), self.part_concurrency,
+                remote_etag = upload(self.remote, self.store, spec_of(row, self._inline(row)), self.part_concurrency,
                                      fence=lease, copies=self.part_copies, conditional=conditional)
         except Exception as exc:  # any failure: keep the bytes, retry later
             stop.set()
@@ -290,7 +294,10 @@ class Destager:
             return self._lost_after_write(row)
         # row.generation is still the claim's: the CAS fails if the row was taken over meanwhile.
         self._intend_drop(row)
-        if self.journal.mark_durable(row, remote_etag, None, invalidate_cache=True):
+        # A row whose body is in the row drops no file after this move: losing it in a power cut
+        # only sends the same bytes again, so it need not wait for an fsync (a kill -9 loses nothing).
+        inline_only = bool(row.blobs) and not _files(row)
+        if self.journal.mark_durable(row, remote_etag, None, invalidate_cache=True, relaxed=inline_only):
             self._drop_blobs(row)
             return self._done("durable", row)
         self._keep_blobs(row)
@@ -350,17 +357,28 @@ class Destager:
             return self._done("lost", row)  # another worker owns the row now
         return self._done("failed" if failed else "retry", row)
 
+    def _inline(self, row: VersionRow) -> bytes | None:
+        """The body kept in the row, for a row whose one piece is ``INLINE_BLOB`` (None otherwise).
+        The claimed row is not final, so its body is there."""
+        if not (row.blobs and row.blobs[0].inline):
+            return None
+        body = self.journal.inline_body(row.seq)
+        if body is None:
+            raise FileNotFoundError(f"the journal row of seq {row.seq} holds no body")
+        return body
+
     def _intend_drop(self, row: VersionRow) -> None:
-        """A crash between the row's final commit and ``_drop_blobs`` must not leak the blobs."""
-        for piece in row.blobs:
+        """A crash between the row's final commit and ``_drop_blobs`` must not leak the blobs.
+        An inline body needs none of this: the final commit itself empties it."""
+        for piece in _files(row):
             self.store.pending(piece.blob)
 
     def _keep_blobs(self, row: VersionRow) -> None:
-        for piece in row.blobs:
+        for piece in _files(row):
             self.store.settle(piece.blob)
 
     def _drop_blobs(self, row: VersionRow) -> None:
-        for piece in row.blobs:
+        for piece in _files(row):
             self.store.delete(piece.blob)
 
     def _done(self, outcome: str, row: VersionRow) -> str:
@@ -368,3 +386,8 @@ class Destager:
         if self.on_outcome is not None:
             self.on_outcome(outcome, row)
         return outcome
+
+
+def _files(row: VersionRow) -> list[BlobRef]:
+    """The row's pieces that are blob files (not kept in the row)."""
+    return [piece for piece in row.blobs if not piece.inline]

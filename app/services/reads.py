@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 
@@ -17,7 +18,7 @@ from app.domain.objects import (
 from app.domain.policy import Policy
 from app.domain.ranges import WHOLE, RangeRequest
 from app.domain.states import DIRTY
-from app.domain.versions import VersionRow
+from app.domain.versions import BlobRef, VersionRow
 from app.services.bodies import (
     READ_CHUNK,
     ObjectRead,
@@ -196,7 +197,7 @@ class ReadsService(GatewayCore):
             for piece in row.blobs:
                 start, end = max(first, offset), min(last, offset + piece.size - 1)
                 if start <= end:
-                    fh = await self._run(open, self.blobs.path(piece.blob), "rb")
+                    fh = await self._open_piece(row, piece)
                     handles.append((fh, start - offset, end - start + 1))
                 offset += piece.size
         except FileNotFoundError:
@@ -223,6 +224,16 @@ class ReadsService(GatewayCore):
                 close()
 
         return ObjectRead(meta, rng, stream(), close)
+
+    async def _open_piece(self, row: VersionRow, piece: BlobRef) -> BinaryIO:
+        """A piece's bytes: its blob file, or the body kept in the journal row. Raises
+        FileNotFoundError for either once the row was destaged and its copy dropped."""
+        if not piece.inline:
+            return await self._run(open, self.blobs.path(piece.blob), "rb")
+        body = await self._run(self.journal.inline_body, row.seq)
+        if body is None:
+            raise FileNotFoundError(row.seq)
+        return io.BytesIO(body)
 
     async def _stream_remote(self, body: BinaryIO) -> AsyncIterator[bytes]:
         try:

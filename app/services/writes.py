@@ -11,7 +11,7 @@ from app.domain.errors import S3Error
 from app.domain.objects import (
     ObjectMeta,
 )
-from app.domain.versions import BlobRef, Replica, VersionRow
+from app.domain.versions import INLINE_BLOB, BlobRef, Replica, VersionRow
 from app.services.bodies import (
     MAX_PUT_SIZE,
     BodyStream,
@@ -97,7 +97,9 @@ class WritesService(ConditionalWrites):
             self.blobs.settle(piece.blob)  # a committed row holds it: no longer crash garbage
             return row
 
-        if self.peers is not None and self.policy(bucket, key).write_replicas > 1:
+        if self._inlines(bucket, key, received):
+            row = await self._run(self._journal_inline, bucket, key, received, content_headers, metadata, tenant_id)
+        elif self.peers is not None and self.policy(bucket, key).write_replicas > 1:
             piece = BlobRef(await self._run(self.blobs.commit, received.staging), size, md5, received.checksums)
             try:
                 replica = await self._replicate(bucket, key, [piece])
@@ -111,6 +113,26 @@ class WritesService(ConditionalWrites):
         if submit:
             self._submit(row)
         return row
+
+    def _inlines(self, bucket: str, key: str, received: ReceivedBody) -> bool:
+        """Whether the body goes into its journal row: small, held in memory, and no other
+        node needs a file of it (a replicated write sends its blob to a peer)."""
+        return (self.inline_max > 0 and received.data is not None and len(received.data) <= self.inline_max
+                and (self.peers is None or self.policy(bucket, key).write_replicas <= 1))
+
+    def _journal_inline(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
+                        metadata: dict[str, str], tenant_id: int | None) -> VersionRow:
+        """Commit the row with the body in it: that commit (synchronous=FULL) is the write's one
+        fsync; the staging file was never synced and is dropped either way."""
+        assert received.data is not None
+        piece = BlobRef(INLINE_BLOB, len(received.data), received.digests.md5_hex(), received.checksums)
+        try:
+            return self.journal.append_put(
+                bucket, key, piece.size, piece.etag, [piece], multipart=False, content_headers=content_headers,
+                metadata=metadata, checksums=received.checksums, checksum_algorithm=None, tenant_id=tenant_id,
+                invalidate_cache=True, inline=received.data)
+        finally:
+            self.blobs.discard(received.staging)
 
     def _upload_file(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
                      metadata: dict[str, str], fence: dict[str, str]) -> str:

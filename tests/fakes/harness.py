@@ -80,7 +80,7 @@ async def read_all(read: ObjectRead) -> bytes:
 
 
 def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back",
-          cache_block: int | None = None) -> Services:
+          cache_block: int | None = None, inline_max: int = 0) -> Services:
     url = f"sqlite:///{tmp_path / 'ferry.db'}"
     upgrade(url)
     engine = make_engine(url)
@@ -94,7 +94,7 @@ def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back",
                       dirty_bytes=journal.dirty_bytes, **({"block_size": cache_block} if cache_block else {}))
     gateway = Gateway(Catalog(engine, "unit"), blobs, remote, journal=journal, executor=executor, mode=mode,
                       destager=destager, cache=cache, policies=policies, inline_lookups=True, eager_parts=False,
-                      tenancy=Tenancy(OwnerRepo(engine, "default"), remote, shared=True))
+                      tenancy=Tenancy(OwnerRepo(engine, "default"), remote, shared=True), inline_max=inline_max)
     return Services(gateway, journal, blobs, destager, executor, remote, cache)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.domain.errors import S3Error
+from app.domain.ranges import WHOLE
 from app.domain.states import VersionState
 from tests.fakes.faulty import Fault, FaultyRemote
 from tests.fakes.harness import body, build, read_all
@@ -159,5 +160,48 @@ def test_write_through_goes_to_the_remote_unless_behind_a_backlog(tmp_path: Path
         assert remote.buckets["b"]["k"].data == b"newer"
         await svc.gateway.delete_object("b", "direct")
         assert "direct" not in remote.buckets["b"]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("inline_max", [0, 64 * 1024])
+def test_small_bodies_go_into_the_row_only_when_inline_bodies_are_on(tmp_path: Path, inline_max: int) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote, inline_max=inline_max)
+
+    async def scenario() -> None:
+        for key, data in (("empty", b""), ("small", b"s" * 4096), ("big", b"B" * (64 * 1024 + 1))):
+            await svc.put("b", key, data)
+            row = svc.journal.latest_dirty("b", key)
+            assert row is not None
+            inline = inline_max > 0 and key != "big"
+            assert row.blobs[0].inline is inline, key
+            assert svc.journal.inline_body(row.seq) == (data if inline else None), key
+            assert await svc.get("b", key) == data
+        files = [p for p in (tmp_path / "data" / "blobs").rglob("*") if p.is_file()]
+        assert len(files) == (1 if inline_max else 3)
+        assert svc.destage_all() == ["durable"] * 3
+        for key in ("empty", "small", "big"):
+            assert remote.buckets["b"][key].data == await svc.get("b", key)
+        rows = svc.journal.versions("b")
+        assert all(svc.journal.inline_body(r.seq) is None for r in rows)  # emptied by the durable move
+
+    asyncio.run(scenario())
+
+
+def test_a_reader_whose_inline_row_was_destaged_meanwhile_reads_the_remote(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote, inline_max=64 * 1024)
+
+    async def scenario() -> None:
+        await svc.put("b", "k", b"inline body")
+        row = svc.journal.latest_dirty("b", "k")
+        assert row is not None
+        assert svc.destage_all() == ["durable"]
+        # The row as the reader looked it up (dirty), its body since emptied: no bytes from it.
+        assert await svc.gateway._open_local(row, WHOLE) is None
+        assert await svc.get("b", "k") == b"inline body"
 
     asyncio.run(scenario())

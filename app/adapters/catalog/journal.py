@@ -81,17 +81,21 @@ class Journal:
                    multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
                    checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
                    complete_upload: UploadClaim | None = None, remote_upload_id: str | None = None,
-                   invalidate_cache: bool = False, replica: Replica | None = None) -> VersionRow:
-        """Insert a buffered PUT. With ``complete_upload`` the same commit turns the claimed upload
-        into its kept result and drops its part rows, or nothing commits (ClaimLost): one upload
-        never yields two rows sharing its part blobs. With ``replica`` the record of a second
-        node's copy commits with the row: a replicated write never exists without its copy."""
+                   invalidate_cache: bool = False, replica: Replica | None = None,
+                   inline: bytes | None = None) -> VersionRow:
+        """Insert a buffered PUT. With ``inline`` the body is stored in the row (its one piece is
+        ``INLINE_BLOB``): this commit is then the write's only fsync. With ``complete_upload`` the
+        same commit turns the claimed upload into its kept result and drops its part rows, or
+        nothing commits (ClaimLost): one upload never yields two rows sharing its part blobs.
+        With ``replica`` the record of a second node's copy commits with the row: a replicated
+        write never exists without its copy."""
         row = ObjectVersion(
             bucket=bucket, key=key, op="put", state=VersionState.BUFFERED.value, generation=0, size=size,
             etag=etag, blobs_json=json.dumps([b.as_json() for b in blobs]), remote_upload_id=remote_upload_id,
             multipart=multipart, headers_json=json.dumps({"content": content_headers, "metadata": metadata}),
             checksums_json=json.dumps(checksums), checksum_algorithm=checksum_algorithm, node_id=self.node_id,
             tenant_id=tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,
+            inline_body=inline,
         )
         with self.sessions.begin() as s:
             s.add(row)
@@ -124,6 +128,11 @@ class Journal:
         with self.sessions() as s:
             r = s.get(ObjectVersion, seq)
             return _row(r) if r else None
+
+    def inline_body(self, seq: int) -> bytes | None:
+        """The body kept in row ``seq`` (``INLINE_BLOB``); None once the row is final or gone."""
+        with self.engine.connect() as conn:
+            return conn.scalar(select(ObjectVersion.inline_body).where(ObjectVersion.seq == seq))
 
     def latest_dirty(self, bucket: str, key: str) -> VersionRow | None:
         """The newest row for the key if it is not yet durable (read-your-writes), else None.
@@ -301,12 +310,12 @@ class Journal:
             return result.rowcount == 1
 
     def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None, *,
-                     invalidate_cache: bool = False) -> bool:
-        """DESTAGING -> DURABLE. With ``invalidate_cache`` the key's cache entries and tombstone
-        move in the same commit: a discovery that fetched the remote before this version landed
-        (so it may hold the older one) then never records it (see CacheIndex.put_ready)."""
+                     invalidate_cache: bool = False, relaxed: bool = False) -> bool:
+        """DESTAGING -> DURABLE. With ``invalidate_cache`` the key's cache entries and tombstone move in the
+        same commit: a discovery that fetched the remote before this version landed (so it may hold the
+        older one) never records it (CacheIndex.put_ready). ``relaxed``: only if no blob file is dropped."""
         then = (lambda conn: invalidate_key(conn, row.bucket, row.key)) if invalidate_cache else None
-        return self.move(row, VersionState.DURABLE, expected=VersionState.DESTAGING, then=then,
+        return self.move(row, VersionState.DURABLE, expected=VersionState.DESTAGING, then=then, relaxed=relaxed,
                          remote_etag=remote_etag, remote_version_id=remote_version, durable_at=datetime.now(UTC),
                          last_error=None, lease_until=0.0)
 

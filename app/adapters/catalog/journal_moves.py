@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, update
 
 from app.adapters.catalog.tables import ObjectVersion
-from app.domain.states import IllegalTransition, VersionState, check_transition
+from app.domain.states import TERMINAL, IllegalTransition, VersionState, check_transition
 
 
 def move_rows(conn: Connection, froms: Iterable[VersionState], to: VersionState,
@@ -26,6 +26,8 @@ def move_rows(conn: Connection, froms: Iterable[VersionState], to: VersionState,
         raise IllegalTransition(f"a move to {to} must declare the states it leaves")
     for current in sorted(declared):
         check_transition(current, to)
+    if to in TERMINAL:
+        values["inline_body"] = None  # a final row's bytes are the remote's (or a newer row's) now
     stmt = (update(ObjectVersion)
             .where(ObjectVersion.state.in_(sorted(s.value for s in declared)), *where)
             .values(state=to.value, **values).execution_options(synchronize_session=False))

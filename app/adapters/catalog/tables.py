@@ -15,12 +15,13 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, deferred, mapped_column
 
 from app.domain.states import CacheState, UploadState
 
@@ -147,6 +148,10 @@ class ObjectVersion(Base):
     durable_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # A multipart write's remote upload whose parts may already be there (checked before use).
     remote_upload_id: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    # A small body kept in the row itself (``BlobRef.blob == INLINE_BLOB``): the row's commit is
+    # then its only fsync. Emptied when the row is final (durable, superseded); loaded only on
+    # demand (``Journal.inline_body``), never with the row.
+    inline_body: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
 
 
 class Policy(Base):
