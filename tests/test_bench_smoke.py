@@ -38,10 +38,12 @@ def test_bench_smoke_profile_writes_a_report(tmp_path: Path) -> None:
             assert rows and "error" not in rows[0], (workload, contender, rows)
     assert runs["herd"]["ferry"][0]["remote_bytes"] > 0
     # issue 16: process CPU (/proc) of every contender that runs on this machine, as numbers and as columns
-    for contender in ("ferry", "rclone"):
-        assert runs["small_get"][contender][0]["http_cpu_us"] > 0, contender
-    if "nginx-proxy" in runs["small_get"]:  # measured, but 30 hits of nginx may stay within one 10 ms tick
-        assert runs["small_get"]["nginx-proxy"][0]["http_cpu_us"] >= 0
+    assert runs["small_get"]["ferry"][0]["http_cpu_us"] > 0
+    # measured for every local contender, but the smoke profile's few hits of rclone or nginx may
+    # stay within one 10 ms clock tick (0 is then a true reading)
+    for contender in ("rclone", "nginx-proxy"):
+        if contender in runs["small_get"]:
+            assert runs["small_get"][contender][0]["http_cpu_us"] >= 0, contender
     for contender in ("ferry", "rclone"):
         row = runs["checkpoint"][contender][0]
         assert row["cpu_s_per_gib"] > 0 and row["cpu_s_per_gib_durable"] >= row["cpu_s_per_gib"], (contender, row)

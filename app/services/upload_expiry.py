@@ -21,6 +21,7 @@ from app.services.ports import BlobPort, RemotePort
 
 log = logging.getLogger("ferry.uploads")
 
+OPENER_WAIT_SECONDS = 35.0  # an opener's lease (app/services/eager_open.py) and a little more
 COMPLETED_RETENTION = 24 * 3600.0  # how long a repeated Complete still gets the committed answer
 
 
@@ -30,6 +31,7 @@ class ExpiringUploads(Protocol):
     def expired_uploads(self, initiated_before: datetime) -> list[str]: ...
     def get_upload(self, upload_id: str) -> tuple[UploadInfo, dict[str, object]] | None: ...
     def abort_upload(self, upload_id: str) -> tuple[list[str], str | None]: ...
+    def settled_remote_upload(self, upload_id: str) -> tuple[bool, str | None]: ...
     def forget_completed(self, completed_before: datetime) -> int: ...
     def forget_key_claims(self, done_before: float) -> int: ...
 
@@ -54,6 +56,7 @@ class UploadExpiry:
         aborted = 0
         for upload_id in self.catalog.expired_uploads(now - timedelta(seconds=self.max_age)):
             found = self.catalog.get_upload(upload_id)
+            self._wait_for_opener(upload_id)  # as a client's Abort does: its remote upload is aborted here
             try:
                 blobs, remote_id = self.catalog.abort_upload(upload_id)
             except UploadNotOpen:
@@ -71,3 +74,10 @@ class UploadExpiry:
         self.catalog.forget_completed(now - timedelta(seconds=self.retention))
         self.catalog.forget_key_claims(time.time() - self.retention)  # conditional writes' results
         return aborted
+
+    def _wait_for_opener(self, upload_id: str) -> None:
+        """Until no eager copy is opening the upload's remote upload (at most its lease): the id
+        is then recorded and aborted below, instead of by its opener some time after the sweep."""
+        deadline = time.monotonic() + OPENER_WAIT_SECONDS
+        while not self.catalog.settled_remote_upload(upload_id)[0] and time.monotonic() < deadline:
+            time.sleep(0.05)

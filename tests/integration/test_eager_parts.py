@@ -182,3 +182,27 @@ def test_an_abort_while_the_remote_upload_is_being_opened_leaks_nothing(
         proxy.delay = 0.0
     assert len(creates(proxy, key)) == 1
     client.close()
+
+
+def test_an_abort_while_a_part_is_on_its_way_leaks_nothing(
+        egw: GatewayProcess, proxy: CountingProxy, ebucket: str, seaweed: Any) -> None:
+    """The client aborts while a part's copy is still on its way to the remote (held 1 s by the
+    proxy): a part that lands after the remote's abort re-creates the upload on SeaweedFS (S3
+    allows the same: "it might be necessary to abort a given multipart upload multiple times"),
+    so the Abort waits for the copies in flight and aborts again; none is left when it answers."""
+    client = egw.client()
+    key = "ckpt/aborted-mid-part"
+    upload = client.create_multipart_upload(Bucket=ebucket, Key=key)["UploadId"]
+    client.upload_part(Bucket=ebucket, Key=key, UploadId=upload, PartNumber=1, Body=os.urandom(MiB))
+    wait_for(lambda: remote_uploads_of(seaweed, ebucket, key) != [])  # the copy opened it
+    proxy.part_delay = 1.0
+    try:
+        client.upload_part(Bucket=ebucket, Key=key, UploadId=upload, PartNumber=2, Body=os.urandom(MiB))
+        wait_for(lambda: any("partNumber=2" in r for r in proxy.arrived if key in r))  # held by the proxy
+        client.abort_multipart_upload(Bucket=ebucket, Key=key, UploadId=upload)
+        assert remote_uploads_of(seaweed, ebucket, key) == []
+        time.sleep(1.5)  # the held part has landed (or been refused) by now
+        assert remote_uploads_of(seaweed, ebucket, key) == []
+    finally:
+        proxy.part_delay = 0.0
+    client.close()

@@ -74,3 +74,28 @@ def test_an_opening_and_a_destage_of_one_key_exclude_each_other(catalog: Catalog
     assert journal.claim(_buffered(journal, "other"), 30) is not None
     assert catalog.opened_remote_upload("u1", "a", "R1")
     assert journal.claim(newer, 30) is not None
+
+
+def test_expiry_waits_for_an_opener_and_aborts_what_it_recorded(catalog: Catalog, tmp_path: Path) -> None:
+    """The sweep of abandoned uploads, like a client's Abort, waits for a copy that is opening the
+    remote upload, then aborts the recorded one itself (was: the upload's rows went first, and the
+    opener aborted its late remote upload some time after the sweep: seen left over in CI)."""
+    import threading
+    from datetime import UTC, datetime, timedelta
+
+    from app.adapters.blobstore import BlobStore
+    from app.services.upload_expiry import UploadExpiry
+
+    class Remote:
+        aborted: list[str] = []
+
+        def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
+            self.aborted.append(upload_id)
+
+    remote = Remote()
+    expiry = UploadExpiry(catalog, BlobStore(tmp_path / "data", fsync=False), remote, 0.0)  # type: ignore[arg-type]
+    assert catalog.open_remote_upload("u1", "opener", 30)[0] == "mine"
+    threading.Timer(0.3, lambda: catalog.opened_remote_upload("u1", "opener", "R1")).start()
+    assert catalog.expired_uploads(datetime.now(UTC) + timedelta(seconds=1)) == ["u1"]
+    assert expiry.sweep() == 1
+    assert remote.aborted == ["R1"]
