@@ -309,7 +309,8 @@ def build(settings: Settings) -> Container:
                       takeover_grace=grace)
     # Parts on their way to the remote, which the destage waits for: claimed in the catalog, so
     # every worker process (--workers N, Celery) sees the copies of the others.
-    part_copies = PartCopies(PartClaims(engine, settings.node_id))
+    part_claims = PartClaims(engine, settings.node_id)
+    part_copies = PartCopies(part_claims)
     destager = make_destager(settings, journal, blobs, remote, part_copies)
     acks = AckGate(max_wait=settings.destage_yield_seconds)  # destage gives way to acknowledgements
     executor = make_executor(settings, journal, destager, acks)
@@ -333,7 +334,7 @@ def build(settings: Settings) -> Container:
     ensure_bootstrap_key(catalog, settings)
     staging_repo = StagingRepo(engine)
     staging = make_staging(settings, staging_repo, remote, gateway)
-    expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry)
+    expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry, part_claims=part_claims)
     replicas = make_replicas(settings, engine, blobs, journal, executor)
     leaked = RemoteUploadSweep(OwnedRemoteUploads(engine), remote, settings.remote_upload_sweep_interval,
                                settings.remote_upload_grace)

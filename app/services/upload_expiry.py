@@ -36,6 +36,12 @@ class ExpiringUploads(Protocol):
     def forget_key_claims(self, done_before: float) -> int: ...
 
 
+class RunOutClaims(Protocol):
+    """Part copy claims (``adapters/catalog/part_claims.PartClaims``) whose holder died."""
+
+    def forget_run_out(self, ended_before: float) -> int: ...
+
+
 @dataclass(slots=True)
 class UploadExpiry:
     catalog: ExpiringUploads
@@ -43,6 +49,7 @@ class UploadExpiry:
     remote: RemotePort
     max_age: float
     retention: float = COMPLETED_RETENTION
+    part_claims: RunOutClaims | None = None
     _next_run: float = field(default=0.0, init=False)
 
     def sweep(self) -> int:
@@ -73,6 +80,8 @@ class UploadExpiry:
             log.info("expired multipart upload %s", upload_id)
         self.catalog.forget_completed(now - timedelta(seconds=self.retention))
         self.catalog.forget_key_claims(time.time() - self.retention)  # conditional writes' results
+        if self.part_claims is not None:  # a lease that ended an hour ago: its holder is long gone
+            self.part_claims.forget_run_out(time.time() - 3600)
         return aborted
 
     def _wait_for_opener(self, upload_id: str) -> None:

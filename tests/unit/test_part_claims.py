@@ -68,3 +68,14 @@ def test_the_destage_waits_for_a_copy_in_flight_elsewhere(engine: Engine) -> Non
     thread.join()
     with destage.sending_after_others("r2", 3, timeout=5) as (lease, waited):
         assert lease is not None and not waited
+
+
+def test_claims_of_dead_holders_are_forgotten_an_hour_after_they_ran_out(engine: Engine) -> None:
+    """A holder killed mid-copy whose upload was then aborted leaves its row; the upload expiry
+    sweep drops rows whose lease ended long ago, and never a live one."""
+    claims = PartClaims(engine, "n1")
+    assert claims.claim_part("R-dead", 1, "t1", -7200)  # ran out two hours ago
+    assert claims.claim_part("R-live", 1, "t2", 30)
+    assert claims.forget_run_out(time.time() - 3600) == 1
+    assert not claims.claim_part("R-live", 1, "t3", 30)  # still held
+    assert claims.claim_part("R-dead", 1, "t4", 30)  # its row is gone: a fresh insert

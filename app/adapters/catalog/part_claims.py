@@ -69,3 +69,10 @@ class PartClaims:
         t = PartCopy
         with self.engine.begin() as conn:
             conn.execute(delete(t).where(t.remote_upload_id == remote_id))
+
+    def forget_run_out(self, ended_before: float) -> int:
+        """Drop claims whose lease ended before ``ended_before``: a holder killed mid-copy whose
+        upload was then aborted or expired (nothing else deletes its row)."""
+        t = PartCopy
+        with self.engine.begin() as conn:
+            return int(conn.execute(delete(t).where(t.lease_until < ended_before)).rowcount or 0)
