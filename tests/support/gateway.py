@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,7 +43,10 @@ class GatewayProcess:
     def __init__(self, remote: Any, data_dir: Path | None = None, *, tls: Any = None, workers: int = 1,
                  env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.remote = remote
-        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="ferry-gw-"))
+        if data_dir is None:  # a directory of its own, removed when the test run ends (not at stop:
+            data_dir = Path(tempfile.mkdtemp(prefix="ferry-gw-"))  # a test may start it again)
+            atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+        self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.tls = tls
         self.workers = workers
