@@ -102,42 +102,35 @@ class CacheStore:
 
     def read_small(self, name: str, limit: int) -> bytes | None:
         """The whole data of a complete block of at most ``limit`` bytes, read with its header in
-        one ``pread`` (a small hit's only I/O); None when it is not cached, or larger. A block
-        with a wrong header is dropped, as in ``size_of``."""
+        one ``pread`` (a small hit's only I/O); None when it is not cached, or larger."""
+        found = self._read_checked(name, limit)
+        return None if found is None else found[1]
+
+    def size_of(self, name: str) -> int | None:
+        """Length of a complete block whose header is right, or None when it is not cached."""
+        found = self._read_checked(name, -1)
+        return None if found is None else found[0]
+
+    def _read_checked(self, name: str, data_limit: int) -> tuple[int, bytes | None] | None:
+        """(data length, the data when at most ``data_limit`` bytes) of a complete block whose
+        header is right; None when it is not cached. A block with a wrong header (another format
+        version, a file of an older data directory, damage) is dropped here, so the caller
+        refetches it."""
         try:
             fd = os.open(self.file_of(name), os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:
             size = os.fstat(fd).st_size
-            if size - DATA_OFFSET > limit:
-                return None
-            raw = os.pread(fd, size, 0)
+            whole = size - DATA_OFFSET <= data_limit
+            raw = os.pread(fd, size if whole else DATA_OFFSET, 0)
         finally:
             os.close(fd)
         header = parse(raw[:DATA_OFFSET])
-        if header is None or header.name != name or header.length != size - DATA_OFFSET or len(raw) != size:
+        if header is None or header.name != name or header.length != size - DATA_OFFSET or (whole and len(raw) != size):
             self.drop_bad(name)
             return None
-        return raw[DATA_OFFSET:]
-
-    def size_of(self, name: str) -> int | None:
-        """Length of a complete block whose header is right, or None when it is not cached. A
-        block with a wrong header (another format version, a file of an older data directory,
-        damage) is dropped here, so the caller refetches it."""
-        try:
-            fd = os.open(self.file_of(name), os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            size = os.fstat(fd).st_size
-            header = parse(os.pread(fd, DATA_OFFSET, 0))
-        finally:
-            os.close(fd)
-        if header is None or header.name != name or header.length != size - DATA_OFFSET:
-            self.drop_bad(name)
-            return None
-        return header.length
+        return header.length, (raw[DATA_OFFSET:] if whole else None)
 
     def has(self, name: str, size: int) -> bool:
         return self.size_of(name) == size
