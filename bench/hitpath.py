@@ -30,8 +30,9 @@ from typing import Any
 import urllib3
 
 from bench.proc_cpu import CpuMeter
+from bench.stages import tree_gateways
 from bench.workloads import pct, read_http
-from tests.support.gateway import GatewayProcess, free_port
+from tests.support.gateway import free_port
 from tests.support.seaweed import SeaweedServer
 
 KEY = "hot4k"
@@ -102,11 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ferry-hitpath-", dir=os.environ.get("FERRY_BENCH_DIR")))
     seaweed = SeaweedServer().start()
-    env = {"FERRY_LOG_LEVEL": "warning", **dict(e.split("=", 1) for e in args.env)}
-    here = str(Path(__file__).resolve().parent.parent)
-    codes = {"this": here, **({"baseline": str(args.baseline.resolve())} if args.baseline else {})}
-    gws = {name: GatewayProcess(seaweed, work / name, workers=args.workers, env={**env, "PYTHONPATH": code})
-           for name, code in codes.items()}
+    gws = tree_gateways(args, seaweed, work)
     body = os.urandom(4096)
     (work / "4k").write_bytes(body)
     ceiling = None

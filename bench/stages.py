@@ -113,6 +113,16 @@ def run_once(gw: GatewayProcess, s3: Any, bucket: str, src: Path, args: argparse
     return row
 
 
+def tree_gateways(args: argparse.Namespace, seaweed: SeaweedServer, work: Path) -> dict[str, GatewayProcess]:
+    """One gateway (not started) for this tree, and one for ``args.baseline``'s code if given:
+    same remote, settings (``args.env``) and worker count, each importing its own tree."""
+    env = {"FERRY_LOG_LEVEL": "warning", **dict(e.split("=", 1) for e in args.env)}
+    here = str(Path(__file__).resolve().parent.parent)
+    codes = {"this": here, **({"baseline": str(args.baseline.resolve())} if args.baseline else {})}
+    return {name: GatewayProcess(seaweed, work / name, workers=args.workers, env={**env, "PYTHONPATH": code})
+            for name, code in codes.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--puts", type=int, default=300)
@@ -128,11 +138,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ferry-stages-", dir=os.environ.get("FERRY_BENCH_DIR")))
     seaweed = SeaweedServer().start()
-    env = {"FERRY_LOG_LEVEL": "warning", **dict(e.split("=", 1) for e in args.env)}
-    here = str(Path(__file__).resolve().parent.parent)
-    codes = {"this": here, **({"baseline": str(args.baseline.resolve())} if args.baseline else {})}
-    gws = {name: GatewayProcess(seaweed, work / name, workers=args.workers, env={**env, "PYTHONPATH": code})
-           for name, code in codes.items()}
+    gws = tree_gateways(args, seaweed, work)
     try:
         s3s = {}
         for name, gw in gws.items():
