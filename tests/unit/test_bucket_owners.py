@@ -7,14 +7,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
 
-from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.owners import OwnerRepo
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.tenants import TenantRepo
@@ -34,14 +30,6 @@ class CountingRepo(OwnerRepo):
         return super().snapshot()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    url = f"sqlite:///{tmp_path / 'ferry.db'}" if request.param == "sqlite" else \
-        request.getfixturevalue("fresh_postgres_url")
-    upgrade(url)
-    eng = make_engine(url)
-    yield eng
-    eng.dispose()
 
 
 def remote_with(*buckets: str) -> InMemoryRemote:

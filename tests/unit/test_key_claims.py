@@ -6,27 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
 
-from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.key_claims import KeyClaims
-from app.adapters.catalog.migrate import upgrade
 from app.domain.conditions import PreviousWrite, WriteConditions
 from app.domain.errors import S3Error
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    url = f"sqlite:///{tmp_path / 'ferry.db'}" if request.param == "sqlite" else \
-        request.getfixturevalue("fresh_postgres_url")
-    upgrade(url)
-    eng = make_engine(url)
-    yield eng
-    eng.dispose()
 
 
 def _race(engine: Engine, key: str, callers: int) -> list[str]:

@@ -6,26 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from sqlalchemy import Engine
 
-from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.part_claims import PartClaims
 from app.services.partcopies import PartCopies
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    url = f"sqlite:///{tmp_path / 'ferry.db'}" if request.param == "sqlite" else \
-        request.getfixturevalue("fresh_postgres_url")
-    upgrade(url)
-    eng = make_engine(url)
-    yield eng
-    eng.dispose()
 
 
 def test_one_sender_per_part_and_a_dead_holder_runs_out(engine: Engine) -> None:
