@@ -133,13 +133,27 @@ class RequestBody:
         self.payload_sha256 = sha if sha and len(sha) == 64 else None
         self._waited = 0.0  # seconds spent waiting for the client in the current rate window
         self._window_bytes = 0
+        self._payload_handed_over = False
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[bytes | memoryview]:
         return self._iterate()
 
-    async def _iterate(self) -> AsyncIterator[bytes]:
+    def take_payload_hash(self) -> PayloadHash | None:
+        """Hand the x-amz-content-sha256 check to the body's consumer (call before iterating).
+
+        The consumer feeds every piece it gets to the returned hash, in its own thread and on its
+        own large buffers, then calls ``verify()`` once the body is exhausted: hashing 64 KiB
+        messages on the event loop cost more than the hash itself. None when there is nothing to
+        check (unsigned or aws-chunked bodies, whose chunks the decoder verifies).
+        """
+        if self.payload_sha256 is None or self.decoder is not None:
+            return None
+        self._payload_handed_over = True
+        return PayloadHash(self.payload_sha256)
+
+    async def _iterate(self) -> AsyncIterator[bytes | memoryview]:
         received = 0
-        hasher = hashlib.sha256() if self.payload_sha256 else None
+        hasher = hashlib.sha256() if self.payload_sha256 and not self._payload_handed_over else None
         while True:
             message = await self._next_message()
             if message["type"] == "http.disconnect":
@@ -164,9 +178,8 @@ class RequestBody:
             self.trailers = self.decoder.close()
             if self.declared_size is not None and self.decoder.decoded_length != self.declared_size:
                 raise S3Error("IncompleteBody")
-        elif hasher is not None and hasher.hexdigest() != self.payload_sha256:
-            raise S3Error("XAmzContentSHA256Mismatch", ClientComputedContentSHA256=self.payload_sha256 or "",
-                          S3ComputedContentSHA256=hasher.hexdigest())
+        elif hasher is not None:
+            _check_payload(hasher, self.payload_sha256 or "")
 
     async def _next_message(self) -> dict[str, Any]:
         """The next piece of the body, or RequestTimeout when the client sends nothing for
@@ -205,6 +218,30 @@ class RequestBody:
         if self._window_bytes < rate.bytes_per_second * self._waited:
             raise S3Error("RequestTimeout", headers={"Connection": "close"})
         self._waited, self._window_bytes = 0.0, 0
+
+
+class PayloadHash:
+    """SHA-256 of a body whose ``x-amz-content-sha256`` names it, fed by the body's consumer."""
+
+    __slots__ = ("_hash", "expected")
+
+    def __init__(self, expected: str) -> None:
+        self.expected = expected
+        self._hash = hashlib.sha256()
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        self._hash.update(data)
+
+    def verify(self) -> None:
+        """XAmzContentSHA256Mismatch unless every byte fed hashes to the declared value."""
+        _check_payload(self._hash, self.expected)
+
+
+def _check_payload(hasher: Any, expected: str) -> None:
+    computed = hasher.hexdigest()
+    if computed != expected:
+        raise S3Error("XAmzContentSHA256Mismatch", ClientComputedContentSHA256=expected,
+                      S3ComputedContentSHA256=computed)
 
 
 def _int_header(value: str | None) -> int | None:

@@ -25,13 +25,24 @@ BUCKET_TRUST_SECONDS = 300.0
 CLAIM_POLL_SECONDS = 0.05
 
 
-class BodyStream(Protocol):
-    """A request body as decoded payload pieces; trailers are known once it is exhausted."""
+class PayloadCheck(Protocol):
+    """A digest the body's consumer feeds and checks (``x-amz-content-sha256``) off the event loop."""
 
-    def __aiter__(self) -> AsyncIterator[bytes]: ...
+    def update(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    def verify(self) -> None: ...
+
+
+class BodyStream(Protocol):
+    """A request body as decoded payload pieces (views of immutable bytes at most); trailers are
+    known once it is exhausted."""
+
+    def __aiter__(self) -> AsyncIterator[bytes | memoryview]: ...
 
     @property
     def trailers(self) -> dict[str, str]: ...
+
+    def take_payload_hash(self) -> PayloadCheck | None: ...
 
 
 class StreamBody:
@@ -43,6 +54,9 @@ class StreamBody:
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self.stream
+
+    def take_payload_hash(self) -> PayloadCheck | None:
+        return None  # bytes read back from a stored object: nothing declared to check
 
 
 @dataclass

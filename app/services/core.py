@@ -219,37 +219,49 @@ class GatewayCore:
 
     # ---- receiving bodies --------------------------------------------------------------------
     async def receive(self, body: BodyStream, expected: ExpectedDigests, max_size: int) -> ReceivedBody:
-        """Stream the body to ``tmp/`` while hashing it; verify sizes and digests."""
+        """Stream the body to ``tmp/`` while hashing it; verify sizes and digests.
+
+        Pieces are batched as received (never joined: each copy of a body costs as much as its
+        CRC) and every batch is hashed and written in one thread hop, off the event loop.
+        """
         small = expected.declared_size is not None and expected.declared_size <= INLINE_BODY
         # A small body is staged without thread hops: each costs more than its few syscalls.
         staging = self.blobs.open_staging() if small else await self._run(self.blobs.open_staging)
         digests = BodyDigests(sorted(expected.algorithms | set(expected.checksums)))
+        payload = body.take_payload_hash()  # x-amz-content-sha256: hashed here with the others
         pending: asyncio.Future[None] | None = None
-        buf = bytearray()
+        batch: list[bytes | memoryview] = []
+        batched = 0
 
-        def write(chunk: bytearray) -> None:
-            digests.update(chunk)
-            staging.write(chunk, sync_every=8 * WRITE_CHUNK if self.blobs.fsync else 0)
+        def write(pieces: list[bytes | memoryview]) -> None:
+            for piece in pieces:
+                digests.update(piece)
+                if payload is not None:
+                    payload.update(piece)
+            staging.write_many(pieces, sync_every=8 * WRITE_CHUNK if self.blobs.fsync else 0)
 
         try:
             async for piece in body:
-                buf += piece
-                if staging.size + len(buf) > max_size:
+                batch.append(piece if isinstance(piece, bytes | memoryview) else bytes(piece))
+                batched += len(piece)
+                if staging.size + batched > max_size:
                     raise S3Error("EntityTooLarge", MaxSizeAllowed=str(max_size))
-                if len(buf) >= WRITE_CHUNK:
+                if batched >= WRITE_CHUNK:
                     if pending is not None:
                         await pending
-                    chunk, buf = buf, bytearray()
-                    pending = asyncio.ensure_future(self._run(write, chunk))
+                    pending = asyncio.ensure_future(self._run(write, batch))
+                    batch, batched = [], 0
             if pending is not None:
                 await pending
                 pending = None
-            whole = bytes(buf) if not staging.size and len(buf) <= INLINE_BODY else None
-            if buf:
-                if len(buf) <= INLINE_BODY:
-                    write(buf)
+            whole = b"".join(batch) if not staging.size and batched <= INLINE_BODY else None
+            if batch:
+                if batched <= INLINE_BODY:
+                    write(batch)
                 else:
-                    await self._run(write, buf)
+                    await self._run(write, batch)
+            if payload is not None:
+                payload.verify()
             if expected.declared_size is not None and staging.size != expected.declared_size:
                 raise S3Error("IncompleteBody")
             checksums = expected.with_trailers(body.trailers)

@@ -10,7 +10,7 @@ Blocking methods: the services call them in threads.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -149,6 +149,8 @@ class StagedBody(Protocol):
     size: int
 
     def write(self, data: bytes | memoryview, *, sync_every: int = 0) -> None: ...
+
+    def write_many(self, pieces: Sequence[bytes | memoryview], *, sync_every: int = 0) -> None: ...
 
 
 class BlobPort(Protocol):
