@@ -11,7 +11,7 @@ S3 clients stream uploads in this framing when ``x-amz-content-sha256`` names a 
   lines, ``\\r\\n`` (what botocore's ``AwsChunkedWrapper`` sends).
 
 The decoder is a push parser so the HTTP layer can feed whatever the socket delivers. Payload
-bytes pass straight through (never buffered); only chunk headers, the CRLF after data and the
+bytes pass straight through (never buffered nor copied); only chunk headers, the CRLF after data and the
 trailer section are accumulated, each with a hard size cap. Decoded data is handed out before
 the chunk's signature is known; callers must discard the whole body if any later call raises.
 
@@ -129,8 +129,12 @@ class AwsChunkedDecoder:
 
     # -- public API ---------------------------------------------------------------------------
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Consume raw body bytes, return decoded payload pieces ready so far (possibly empty)."""
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
+        """Consume raw body bytes, return decoded payload pieces ready so far (possibly empty).
+
+        Fed ``bytes``, the pieces are ``data`` itself or memoryviews of it (no copy: a body's
+        payload is otherwise copied once more for nothing); fed anything mutable, they are copies.
+        """
         if self._error is not None:
             raise self._error
         try:
@@ -156,11 +160,11 @@ class AwsChunkedDecoder:
 
     # -- parsing ------------------------------------------------------------------------------
 
-    def _feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+    def _feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
         size = len(view)
         pos = 0
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         while pos < size:
             state = self._state
             if state == _DATA:
@@ -168,7 +172,10 @@ class AwsChunkedDecoder:
                 piece = view[pos : pos + take]
                 if self._hasher is not None:
                     self._hasher.update(piece)
-                out.append(data if take == size and isinstance(data, bytes) else piece.tobytes())
+                if isinstance(data, bytes):  # immutable: a view of it stays valid, no copy needed
+                    out.append(data if take == size else piece)
+                else:
+                    out.append(piece.tobytes())
                 pos += take
                 self._remaining -= take
                 self.decoded_length += take

@@ -144,7 +144,8 @@ def decode(
     out = bytearray()
     for part in split(wire, pieces or [len(wire) or 1]):
         for piece in decoder.feed(part):
-            assert isinstance(piece, bytes)
+            # bytes in, so the pieces may be views of it (no copy); never of anything mutable
+            assert isinstance(piece, bytes) or (isinstance(piece, memoryview) and isinstance(piece.obj, bytes))
             out += piece
         assert decoder.decoded_length == len(out)
     trailers = decoder.close(expected_length)
