@@ -25,9 +25,10 @@ from typing import Any
 import httptools
 from prometheus_client import Counter
 from uvicorn.protocols.http.flow_control import service_unavailable
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from app.s3.xml import error_document
+from app.server.bodyflow import BodyPassProtocol
 
 REFUSED = Counter("ferry_http_refused_total", "Connections or requests refused by the server's bounds "
                   "(header_bytes, header_count, bad_request, shed_idle, over_capacity)", ["reason"])
@@ -69,8 +70,9 @@ class HeaderSectionTooLarge(Exception):
     """Raised from a parser callback: too many header fields."""
 
 
-class HeaderTimeoutProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol with header time, size, count and connection bounds (module docstring)."""
+class HeaderTimeoutProtocol(BodyPassProtocol):
+    """HttpToolsProtocol with header time, size, count and connection bounds (module docstring),
+    passing body pieces on uncopied (bodyflow.py)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_timer: asyncio.TimerHandle | None = None
