@@ -27,6 +27,7 @@ from app.services.bodies import (
     WRITE_CHUNK,
     BodyStream,
     ExpectedDigests,
+    PayloadCheck,
     ReceivedBody,
 )
 from app.services.budget import CURRENT_TENANT, DiskReserve, Reservation, WriteBudget, slow_down
@@ -36,7 +37,7 @@ from app.services.destage import Destager
 from app.services.executor import Executor
 from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
-from app.services.ports import BlobPort, JournalPort, PeerVersions, RemotePort, UploadsPort
+from app.services.ports import BlobPort, JournalPort, PeerVersions, RemotePort, StagedBody, UploadsPort
 from app.services.tenancy import Tenancy
 from app.services.writemode import WriteBack, WriteMode, WriteThrough
 
@@ -219,11 +220,8 @@ class GatewayCore:
 
     # ---- receiving bodies --------------------------------------------------------------------
     async def receive(self, body: BodyStream, expected: ExpectedDigests, max_size: int) -> ReceivedBody:
-        """Stream the body to ``tmp/`` while hashing it; verify sizes and digests.
-
-        Pieces are batched as received (never joined: each copy of a body costs as much as its
-        CRC) and every batch is hashed and written in one thread hop, off the event loop.
-        """
+        """Stream the body to ``tmp/`` while hashing it; verify sizes and digests. Pieces are
+        batched, never joined (a copy costs as much as a CRC), and hashed and written off the loop."""
         small = expected.declared_size is not None and expected.declared_size <= INLINE_BODY
         # A small body is staged without thread hops: each costs more than its few syscalls.
         staging = self.blobs.open_staging() if small else await self._run(self.blobs.open_staging)
@@ -234,11 +232,7 @@ class GatewayCore:
         batched = 0
 
         def write(pieces: list[bytes | memoryview]) -> None:
-            for piece in pieces:
-                digests.update(piece)
-                if payload is not None:
-                    payload.update(piece)
-            staging.write_many(pieces, sync_every=8 * WRITE_CHUNK if self.blobs.fsync else 0)
+            _hash_and_write(pieces, digests, payload, staging, 8 * WRITE_CHUNK if self.blobs.fsync else 0)
 
         try:
             async for piece in body:
@@ -282,3 +276,13 @@ class GatewayCore:
         computed = digests.checksums()
         return ReceivedBody(staging, digests, {alg: computed[alg] for alg in checksums} or {
             alg: computed[alg] for alg in expected.algorithms if alg in computed}, whole)
+
+
+def _hash_and_write(pieces: list[bytes | memoryview], digests: BodyDigests, payload: PayloadCheck | None,
+                    staging: StagedBody, sync_every: int) -> None:
+    """One batch of a body: every digest over each piece as received, then one ``writev``."""
+    for piece in pieces:
+        digests.update(piece)
+        if payload is not None:
+            payload.update(piece)
+    staging.write_many(pieces, sync_every=sync_every)
