@@ -305,9 +305,14 @@ class DeadlineWatch:
         self._pending.pop(deadline, None)
 
     async def _watch(self) -> None:
+        # Sleeps before it looks: a hit arms and disarms before this task first runs, and a
+        # watcher that found nothing pending at once would end, to be recreated by the next request
+        # (a task per request). It ends after a tick with nothing pending.
         try:
-            while self._pending:
+            while True:
                 await asyncio.sleep(self.tick)
+                if not self._pending:
+                    break
                 now = time.monotonic()
                 for deadline, due in list(self._pending.items()):
                     if due <= now:
