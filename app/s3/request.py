@@ -32,6 +32,9 @@ def parse_query(raw: bytes) -> dict[str, str]:
         if not pair:
             continue
         name, _, value = pair.partition("=")
+        if "%" not in pair and "+" not in pair:  # nothing to decode (most of a presigned query)
+            out.setdefault(name, value)
+            continue
         try:
             name = unquote_plus(name, errors="strict")
             out.setdefault(name, unquote_plus(value, errors="strict"))
