@@ -76,6 +76,7 @@ class S3Request:
     zero_copy: bool = False  # the server sends file ranges itself (ASGI zerocopysend offered)
     body_timeout: float | None = None  # longest wait for the next body bytes (RequestTimeout)
     body_min_rate: BodyRate | None = None  # slowest body the gateway waits for (RequestTimeout)
+    header_lists: dict[bytes, list[bytes]] | None = field(default=None, repr=False)  # raw, for SigV4
     _body: RequestBody | None = field(default=None, repr=False)
 
     def header(self, name: str, default: str | None = None) -> str | None:
