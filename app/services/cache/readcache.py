@@ -68,8 +68,7 @@ def _nothing_to_close() -> None:
 
 
 def _outcome(outcome: str, bucket: str, tenant: int | None) -> None:
-    metrics.cache_outcome(outcome, bucket, tenant)
-    metrics.set_outcome(outcome)  # the slow log's stage record of this request
+    metrics.cache_outcome(outcome, bucket, tenant)  # also the request's outcome (the slow log's record)
 
 
 class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
