@@ -94,12 +94,14 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
         read.close()
         raise
     headers = object_headers(read.meta)
+    # Bytes already read (a small hit) go out as one body message, not through a stream.
+    body = read.data if read.data is not None else read.stream
     if read.byte_range is not None:
         headers.append(("Content-Range", read.byte_range.content_range))
-        return Response(206, _with_overrides(req, headers), read.stream, read.byte_range.length, read.files)
+        return Response(206, _with_overrides(req, headers), body, read.byte_range.length, read.files)
     if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
         headers += object_checksum_headers(read.meta.checksums)
-    return Response(200, _with_overrides(req, headers), read.stream, read.meta.size, read.files)
+    return Response(200, _with_overrides(req, headers), body, read.meta.size, read.files)
 
 
 async def put_object(req: S3Request, gw: Gateway) -> Response:
