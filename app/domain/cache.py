@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 from app.domain.objects import ObjectMeta
 from app.domain.states import CacheState
@@ -39,6 +40,7 @@ class Entry:
         return max(0, min(self.block_size, self.size - index * self.block_size))
 
 
+@lru_cache(maxsize=4096)  # a hot object's blocks are named on every hit (a SHA-256 each)
 def block_name(bucket: str, key: str, etag: str, index: int, block_size: int) -> str:
     """The block size is part of the name: after a change of FERRY_CACHE_BLOCK_BYTES an old
     entry's blocks can never be read at the new block boundaries."""

@@ -71,6 +71,8 @@ class Conditions:
     if_unmodified_since: str | None = None
 
     def check(self, etag: str, last_modified: datetime) -> None:
+        if self is NO_CONDITIONS:
+            return  # the usual GET: nothing to judge (this skips a datetime copy per check)
         check_conditions(etag, last_modified, self.if_match, self.if_none_match,
                          self.if_modified_since, self.if_unmodified_since)
 

@@ -59,7 +59,6 @@ from app.metrics.definitions import (
     remote_call_done,
     remote_fetched,
     revalidated,
-    served_bytes,
     singleflight_waited,
     zerocopy_sent,
 )
@@ -81,6 +80,7 @@ from app.metrics.http_requests import (
     outcome_of,
     request_finished,
     request_started,
+    served_bytes,
     set_operation,
     set_outcome,
 )

@@ -27,10 +27,6 @@ REVALIDATIONS = Counter("ferry_cache_revalidations_total", "Revalidations of cac
 
 
 
-def served_bytes(outcome: str, bucket: str, nbytes: int) -> None:
-    CACHE_BYTES.labels(bucket, outcome).inc(nbytes)
-
-
 def evicted(reason: str, entries: int, nbytes: int) -> None:
     CACHE_EVICTIONS.labels(reason).inc(entries)
     CACHE_EVICTED_BYTES.labels(reason).inc(nbytes)

@@ -14,6 +14,7 @@ from typing import Any
 
 from app import slowlog
 from app.metrics.definitions import (
+    CACHE_BYTES,
     CACHE_REQUESTS,
     HTTP_DURATION,
     HTTP_IN_FLIGHT,
@@ -87,11 +88,12 @@ FLUSH_SECONDS = 0.5
 
 
 class _Batch:
-    __slots__ = ("bytes_in", "in_flight", "requests", "scheduled_on")
+    __slots__ = ("bytes_in", "counts", "in_flight", "requests", "scheduled_on")
 
     def __init__(self) -> None:
         self.requests: dict[tuple[str, str], list[Any]] = {}  # (operation, outcome) -> [count, bytes out, latencies]
         self.bytes_in: dict[str, int] = {}
+        self.counts: dict[tuple[Any, tuple[str, ...]], float] = {}  # (counter, labels) -> amount (cache figures)
         self.in_flight = 0
         self.scheduled_on: asyncio.AbstractEventLoop | None = None  # the loop holding the pending flush
 
@@ -99,6 +101,15 @@ class _Batch:
 _BATCH = _Batch()
 _HTTP_CHILDREN: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
 _HTTP_IN_BYTES: dict[str, Any] = {}
+_COUNTER_CHILDREN: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def _count(counter: Any, labels: tuple[str, ...], amount: float) -> None:
+    """Add to a labelled counter in the next batch (a hit counts two: its outcome, its bytes)."""
+    counts = _BATCH.counts
+    key = (counter, labels)
+    counts[key] = counts.get(key, 0) + amount
+    _schedule_flush()
 
 
 def _schedule_flush() -> None:
@@ -125,6 +136,12 @@ def flush_requests() -> None:
     batch = _BATCH
     requests, batch.requests = batch.requests, {}
     bytes_in, batch.bytes_in = batch.bytes_in, {}
+    counts, batch.counts = batch.counts, {}
+    for (counter, labels), amount in counts.items():
+        child = _COUNTER_CHILDREN.get((counter, labels))
+        if child is None:
+            child = _COUNTER_CHILDREN[(counter, labels)] = counter.labels(*labels)
+        child.inc(amount)
     for key, (count, out, latencies) in requests.items():
         children = _HTTP_CHILDREN.get(key)
         if children is None:
@@ -246,5 +263,10 @@ def cache_outcome(outcome: str, bucket: str, tenant: int | None) -> None:
 
     Also labels the HTTP request being served with the outcome (``set_outcome``).
     """
-    CACHE_REQUESTS.labels(bucket, str(tenant) if tenant is not None else "", outcome).inc()
+    _count(CACHE_REQUESTS, (bucket, str(tenant) if tenant is not None else "", outcome), 1)
     set_outcome(outcome)
+
+
+def served_bytes(outcome: str, bucket: str, nbytes: int) -> None:
+    """Bytes a read served from the cache (written with the next batch)."""
+    _count(CACHE_BYTES, (bucket, outcome), nbytes)

@@ -46,13 +46,22 @@ _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 _QUERY_CREDENTIAL = re.compile(rb"(?:^|&)X-Amz-Credential=([^&%]+)(?:%2F|/)", re.IGNORECASE)
 
 
-def _headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+def _headers(raw: list[tuple[bytes, bytes]]) -> tuple[dict[str, str], dict[bytes, list[bytes]]]:
+    """Both views of the headers in one walk: text by lower-case name (repeats joined with ',')
+    for the parser, router and handlers, and the raw values by name for SigV4 (ASGI names are
+    lower-case already)."""
     out: dict[str, str] = {}
+    by_name: dict[bytes, list[bytes]] = {}
     for name_b, value_b in raw:
         name = name_b.decode("latin-1").lower()
         value = value_b.decode("latin-1")
         out[name] = f"{out[name]},{value}" if name in out else value
-    return out
+        values = by_name.get(name_b)
+        if values is None:
+            by_name[name_b] = [value_b]
+        else:
+            values.append(value_b)
+    return out, by_name
 
 
 def access_key_of(headers: dict[str, str], query_string: bytes) -> str | None:
@@ -143,7 +152,7 @@ class S3App:
         if deadline is not None and deadline.fired:
             await _close_body(response)  # the client got its 503 at the deadline
             return
-        if not body_requested and _expects_continue(scope):
+        if not body_requested and _expects_continue(req, scope):
             # Answered before asking for the body: the client never got "100 Continue" and will
             # not send it, so the connection cannot carry another request (it would be read as
             # this one's body). Close it.
@@ -151,17 +160,18 @@ class S3App:
         await self._send(send, response, request_id, head=method == "HEAD", extensions=scope.get("extensions"))
 
     async def _parse(self, scope: Scope, receive: Receive, request_id: str) -> S3Request:
-        headers = _headers(scope["headers"])
+        headers, by_name = _headers(scope["headers"])
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         bucket, key = split_target(raw_path, headers.get("host", ""), self.domain)
         query = parse_query(scope.get("query_string", b""))
         return S3Request(scope["method"], bucket, key, query, headers, raw_path, receive,  # type: ignore[arg-type]
                          request_id=request_id, zero_copy=ZEROCOPY in (scope.get("extensions") or {}),
-                         body_timeout=self.body_timeout, body_min_rate=self.body_min_rate)
+                         body_timeout=self.body_timeout, body_min_rate=self.body_min_rate,
+                         header_lists=by_name)
 
     async def _authenticate(self, req: S3Request, scope: Scope) -> None:
         query_string = scope.get("query_string", b"")
-        parts = RequestParts(req.method, req.raw_path, query_string, scope["headers"])
+        parts = RequestParts(req.method, req.raw_path, query_string, scope["headers"], req.header_lists)
         v2 = is_sigv2(parts)
         access_key = access_key_v2(parts) if v2 else access_key_of(req.headers, query_string)
         if access_key is None:
@@ -213,8 +223,7 @@ class S3App:
     @staticmethod
     async def _send(send: Send, response: Response, request_id: str, *, head: bool,
                     extensions: Mapping[str, Any] | None = None) -> None:
-        headers = [(k.encode("latin-1", "replace") if not k.isascii() else k.encode(),
-                    v.encode("latin-1") if _latin1(v) else v.encode("utf-8"))
+        headers = [(k.encode() if k.isascii() else k.encode("latin-1", "replace"), _encode_value(v))
                    for k, v in response.headers]
         headers.append((b"x-amz-request-id", request_id.encode()))
         headers.append((b"server", b"Ferry"))
@@ -305,9 +314,14 @@ class DeadlineWatch:
         self._pending.pop(deadline, None)
 
     async def _watch(self) -> None:
+        # Sleeps before it looks: a hit arms and disarms before this task first runs, and a
+        # watcher that found nothing pending at once would end, to be recreated by the next request
+        # (a task per request). It ends after a tick with nothing pending.
         try:
-            while self._pending:
+            while True:
                 await asyncio.sleep(self.tick)
+                if not self._pending:
+                    break
                 now = time.monotonic()
                 for deadline, due in list(self._pending.items()):
                     if due <= now:
@@ -378,13 +392,15 @@ def log_access(scope: Scope, stats: metrics.RequestStats) -> None:
                      extra={"fields": fields})
 
 
-def _expects_continue(scope: Scope) -> bool:
+def _expects_continue(req: S3Request | None, scope: Scope) -> bool:
+    if req is not None:  # the parsed headers (repeats joined), no second walk of the raw ones
+        return "100-continue" in req.headers.get("expect", "").lower()
     return any(name == b"expect" and b"100-continue" in value.lower() for name, value in scope["headers"])
 
 
-def _latin1(value: str) -> bool:
+def _encode_value(value: str) -> bytes:
+    """Latin-1 when it can be (HTTP's own), else UTF-8 (user metadata S3 stored as such)."""
     try:
-        value.encode("latin-1")
+        return value.encode("latin-1")
     except UnicodeEncodeError:
-        return False
-    return True
+        return value.encode("utf-8")

@@ -32,6 +32,9 @@ def parse_query(raw: bytes) -> dict[str, str]:
         if not pair:
             continue
         name, _, value = pair.partition("=")
+        if "%" not in pair and "+" not in pair:  # nothing to decode (most of a presigned query)
+            out.setdefault(name, value)
+            continue
         try:
             name = unquote_plus(name, errors="strict")
             out.setdefault(name, unquote_plus(value, errors="strict"))
@@ -73,6 +76,7 @@ class S3Request:
     zero_copy: bool = False  # the server sends file ranges itself (ASGI zerocopysend offered)
     body_timeout: float | None = None  # longest wait for the next body bytes (RequestTimeout)
     body_min_rate: BodyRate | None = None  # slowest body the gateway waits for (RequestTimeout)
+    header_lists: dict[bytes, list[bytes]] | None = field(default=None, repr=False)  # raw, for SigV4
     _body: RequestBody | None = field(default=None, repr=False)
 
     def header(self, name: str, default: str | None = None) -> str | None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from email.utils import format_datetime
+from functools import lru_cache
 
 from app.domain.crc_combine import type_of
 from app.domain.objects import FileSegment, ObjectMeta
@@ -28,7 +29,13 @@ class Response:
 
 
 def http_date(meta: ObjectMeta) -> str:
-    when = meta.last_modified
+    return _http_date(meta.last_modified)
+
+
+@lru_cache(maxsize=1024)
+def _http_date(when: datetime) -> str:
+    """Cached: a hot object is answered with the same Last-Modified again and again, and
+    ``format_datetime`` is the larger part of a small hit's response headers."""
     when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
     return format_datetime(when.replace(microsecond=0), usegmt=True)
 

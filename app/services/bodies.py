@@ -92,6 +92,7 @@ class ObjectRead:
     stream: AsyncIterator[bytes]
     close: Callable[[], None]
     files: list[FileSegment] | None = None  # the same bytes as local file ranges (cache hits)
+    data: bytes | None = None  # the same bytes, already read (a small hit): sent as one body
 
 
 @dataclass

@@ -94,7 +94,8 @@ class ReadsService(GatewayCore):
                                            LOOKUP if buffered else entry, file_ranges=file_ranges,
                                            conditions=conditions)
             if cached is not None:
-                return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files)
+                return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files,
+                                  cached.data)
         else:
             metrics.cache_outcome("bypass", bucket, tenant_id)
         return await self._get_remote(bucket, key, rng)

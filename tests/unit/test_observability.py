@@ -103,6 +103,7 @@ def test_cache_outcome_labels_the_current_request() -> None:
         seen = metrics.current_outcome()
         stats.status = 200
         metrics.request_finished(stats)
+        metrics.flush_requests()  # cache figures are written in the request batches too
         return seen
 
     assert asyncio.run(run()) == "stale"

@@ -35,6 +35,9 @@ class RequestParts:
     raw_path: bytes  # as received on the wire (scope["raw_path"]), still percent-encoded, no query
     query_string: bytes  # scope["query_string"], raw
     headers: Sequence[tuple[bytes, bytes]]  # scope["headers"] (names lower-case bytes)
+    # The same headers by name (values in order), when the caller built that view already: the
+    # edge walks the headers once for the parser, the router and this verifier.
+    by_name: dict[bytes, list[bytes]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,7 @@ class SigV4Verifier:
 
     def verify(self, req: RequestParts) -> AuthResult:
         """Authenticate ``req`` or raise the ``S3Error`` S3 would answer with."""
-        headers = header_map(req.headers)
+        headers = req.by_name if req.by_name is not None else header_map(req.headers)
         auth = headers.get(b"authorization")
         if auth is not None:
             if req.query_string and b"X-Amz-" in req.query_string:

@@ -57,6 +57,7 @@ class CachedRead:
     close: Callable[[], None]
     outcome: str
     files: list[FileSegment] | None = None
+    data: bytes | None = None  # the bytes of ``stream``, already read (a small hit)
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
@@ -68,8 +69,7 @@ def _nothing_to_close() -> None:
 
 
 def _outcome(outcome: str, bucket: str, tenant: int | None) -> None:
-    metrics.cache_outcome(outcome, bucket, tenant)
-    metrics.set_outcome(outcome)  # the slow log's stage record of this request
+    metrics.cache_outcome(outcome, bucket, tenant)  # also the request's outcome (the slow log's record)
 
 
 class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
@@ -127,7 +127,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
             if small is not None:
                 _outcome(outcome, bucket, tenant_id)
                 metrics.served_bytes(outcome, bucket, len(small[0]))
-                return CachedRead(entry.meta, rng, _once(small[0]), _nothing_to_close, outcome, small[1])
+                return CachedRead(entry.meta, rng, _once(small[0]), _nothing_to_close, outcome, small[1], small[0])
         files = self._segments(entry, first, last) if outcome != "miss" else None
         if files is None and outcome != "miss" and self.disk_low():
             _outcome("miss", bucket, tenant_id)  # blocks to fetch, no room for them: read through
