@@ -169,7 +169,8 @@ def make_executor(settings: Settings, journal: Journal, destager: Destager,
 
         return CeleryExecutor(destage_sender())
     return EmbeddedExecutor(destager, journal, workers=settings.destage_workers, node_id=sweep_node(settings),
-                            gate=acks, nice=settings.background_nice)
+                            gate=acks, nice=settings.background_nice, settle=settings.destage_settle_seconds,
+                            settle_max=settings.destage_settle_max_seconds)
 
 
 def sweep_node(settings: Settings) -> str | None:

@@ -175,6 +175,12 @@ class Settings(BaseSettings):
     # this long for no write to be in flight before it starts (0: never waits), and runs in
     # threads this much nicer than the process (0: same priority). See services/background.py.
     destage_yield_seconds: float = Field(0.05, ge=0, le=5)
+    # A destage also waits until no write has been answered for destage_settle_seconds (a
+    # sequential client's next write arrives a client turn after the last answer), at most
+    # destage_settle_max_seconds after it was queued: the remote holds a write that much later
+    # while writes keep arriving (0: no settling). See services/background.py.
+    destage_settle_seconds: float = Field(0.02, ge=0, le=1)
+    destage_settle_max_seconds: float = Field(1.0, ge=0, le=10)
     background_nice: int = Field(10, ge=0, le=19)
     # A write-back body of at most this many bytes is kept in its journal row (SQLite journal
     # only): the row's commit is then the write's only fsync. 0 stores every body as a file.

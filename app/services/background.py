@@ -28,12 +28,14 @@ log = logging.getLogger("ferry.background")
 
 
 class AckGate:
-    """Counts acknowledgements in flight (event-loop side only, so a plain counter)."""
+    """Counts acknowledgements in flight (event-loop side only, so a plain counter), and when
+    the last one ended (for ``quiet``'s ``settle``)."""
 
     def __init__(self, max_wait: float = 0.05, poll: float = 0.002) -> None:
         self.max_wait = max_wait
         self.poll = poll
         self._inflight = 0
+        self._last_end = 0.0
 
     @property
     def inflight(self) -> int:
@@ -46,14 +48,27 @@ class AckGate:
             yield
         finally:
             self._inflight -= 1
+            self._last_end = time.monotonic()
 
-    async def quiet(self) -> None:
-        """Return once no acknowledgement is in flight, or after ``max_wait`` seconds at most."""
-        if not self._inflight or self.max_wait <= 0:
+    async def quiet(self, *, since: float | None = None, max_wait: float | None = None, settle: float = 0.0) -> None:
+        """Return once no acknowledgement is in flight, or ``max_wait`` (default: the gate's)
+        seconds after ``since`` (default: now) at most.
+
+        ``settle``: also wait until no acknowledgement has ended for that long. A client writing
+        one object after another sends its next write a client turn after each answer, so
+        without it the destage of each write starts in that gap and the next acknowledgement
+        waits behind its CPU and commits (bench/analysis.md, "Small PUT: destage settles")."""
+        limit = self.max_wait if max_wait is None else max_wait
+        if limit <= 0:
             return
-        deadline = time.monotonic() + self.max_wait
-        while self._inflight and time.monotonic() < deadline:
-            await asyncio.sleep(self.poll)
+        now = time.monotonic()
+        deadline = (now if since is None else since) + limit
+        while now < deadline:
+            wait = self.poll if self._inflight else self._last_end + settle - now
+            if wait <= 0:
+                return
+            await asyncio.sleep(min(wait, deadline - now))
+            now = time.monotonic()
 
 
 def lower_priority(nice: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -34,14 +35,20 @@ class EmbeddedExecutor:
     CPU priority (``nice``)."""
 
     def __init__(self, destager: Destager, journal: JournalChores, *, workers: int = 4,
-                 node_id: str | None = None, gate: AckGate | None = None, nice: int = 0) -> None:
+                 node_id: str | None = None, gate: AckGate | None = None, nice: int = 0,
+                 settle: float = 0.0, settle_max: float = 0.0) -> None:
+        """``settle``, ``settle_max``: a queued destage also waits until no write has been
+        answered for ``settle`` seconds, at most ``settle_max`` after it was queued (a backlog
+        older than that goes at once), so a burst of writes is answered before its destages run
+        (``AckGate.quiet``); the remote holds a write at most ``settle_max`` later for it."""
         self.destager = destager
         self.journal = journal
         self.node_id = node_id  # sweep only this node's rows (a catalog shared by several nodes)
         self.workers = workers
         self.gate = gate or AckGate(max_wait=0)
+        self.settle, self.settle_max = settle, settle_max
         self.threads = BackgroundThreads(workers, nice, name="ferry-destage")
-        self._queue: asyncio.Queue[int] | None = None
+        self._queue: asyncio.Queue[tuple[int, float]] | None = None
         self._queued: set[int] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -51,7 +58,7 @@ class EmbeddedExecutor:
             return  # not started (the sweeper will find it) or already queued
         self._queued.add(seq)
         if self._loop is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, seq)
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (seq, time.monotonic()))
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -71,10 +78,12 @@ class EmbeddedExecutor:
     async def _worker(self) -> None:
         assert self._queue is not None
         while True:
-            seq = await self._queue.get()
+            seq, queued_at = await self._queue.get()
             self._queued.discard(seq)
             try:
-                await self.gate.quiet()
+                await self.gate.quiet()  # the acknowledgement in flight, if any, goes first
+                if self.settle > 0:
+                    await self.gate.quiet(since=queued_at, max_wait=self.settle_max, settle=self.settle)
                 await self.threads.run(self.destager.destage, seq)
             except Exception:  # never let one entry stop the worker; the sweeper retries it
                 log.exception("destage of seq %s crashed", seq)

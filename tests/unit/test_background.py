@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,38 @@ def test_quiet_never_starves_background_work() -> None:
 
     asyncio.run(forever_busy())
     assert gate.inflight == 0
+
+
+def test_settle_waits_until_no_acknowledgement_ended_lately() -> None:
+    gate = AckGate(max_wait=0.05, poll=0.001)
+
+    async def go() -> float:
+        with gate.held():
+            pass  # an acknowledgement that just ended
+        t0 = time.monotonic()
+        await gate.quiet(max_wait=5, settle=0.05)
+        return time.monotonic() - t0
+
+    waited = asyncio.run(go())
+    assert 0.04 <= waited < 1.0
+
+
+def test_settle_is_bounded_from_when_the_work_was_queued() -> None:
+    gate = AckGate(max_wait=0.05, poll=0.001)
+
+    async def go() -> tuple[float, float]:
+        with gate.held():
+            pass
+        t0 = time.monotonic()
+        await gate.quiet(since=t0 - 10, max_wait=1, settle=3600)  # queued long ago: goes at once
+        old = time.monotonic() - t0
+        t0 = time.monotonic()
+        await gate.quiet(since=t0, max_wait=0.05, settle=3600)  # never settles: the bound ends it
+        return old, time.monotonic() - t0
+
+    old, bounded = asyncio.run(go())
+    assert old < 0.02
+    assert 0.04 <= bounded < 1.0
 
 
 def test_background_threads_run_at_lower_priority_and_pass_errors_on() -> None:
