@@ -34,6 +34,11 @@ class AckGate:
         self.max_wait = max_wait
         self.poll = poll
         self._inflight = 0
+        self._idle: list[Callable[[], None]] = []
+
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the event loop) each time the last acknowledgement in flight ends."""
+        self._idle.append(callback)
 
     @property
     def inflight(self) -> int:
@@ -46,6 +51,9 @@ class AckGate:
             yield
         finally:
             self._inflight -= 1
+            if not self._inflight:
+                for callback in self._idle:
+                    callback()
 
     async def quiet(self) -> None:
         """Return once no acknowledgement is in flight, or after ``max_wait`` seconds at most."""
