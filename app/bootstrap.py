@@ -330,6 +330,8 @@ def build(settings: Settings) -> Container:
                                          tenant_uploads=settings.tenant_max_uploads),
                       disk=disk_reserve(settings), acks=acks, background_nice=settings.background_nice, takeover_grace=grace,
                       inline_max=settings.inline_body_max_bytes if engine.dialect.name == "sqlite" else 0,
+                      copy_busy_limit=settings.eager_copy_busy_limit,
+                      copy_backlog_bytes=settings.eager_copy_backlog_mib * 1024**2,
                       peers=PeerJournal(fleet[0], settings.fleet_secret or "", timeout=settings.fleet_peer_timeout)
                       if fleet else None)
     ensure_bootstrap_key(catalog, settings)

@@ -107,6 +107,12 @@ class Settings(BaseSettings):
     multipart_concurrency: int = Field(8, ge=1, le=64)
     multipart_threshold: int = Field(64 * 1024 * 1024, ge=5 * 1024 * 1024)
     eager_part_copy: bool = Field(True, description="Copy multipart parts to the remote as they arrive.")
+    # Eager part copies give way to acknowledgements (services/copy_admission.py): while a write is
+    # being acknowledged at most this many copies run (0: none); once none is, or once the parts
+    # waiting for their copy exceed eager_copy_backlog_mib (0: always, the old eager behaviour),
+    # up to multipart_concurrency run. bench/analysis.md measures the trade (ack vs remote-holds).
+    eager_copy_busy_limit: int = Field(1, ge=0, le=64)
+    eager_copy_backlog_mib: int = Field(64, ge=0)
     multipart_expiry: float = Field(7 * 86400.0, gt=0,
                                     description="Seconds after which an upload never completed is aborted.")
     remote_upload_sweep_interval: float = Field(

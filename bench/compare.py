@@ -1,13 +1,15 @@
 """Two revisions of Ferry side by side in one run: did a change cost speed?
 
     .venv/bin/python -m bench.compare --baseline d34ea47                      # loopback SeaweedFS
+    .venv/bin/python -m bench.compare --baseline /tmp/base --workloads checkpoint --profile quick
     sudo .venv/bin/python -m bench.compare --baseline d34ea47 --link regional # through the netsim link
 
 The baseline revision is checked out into a temporary git worktree (removed afterwards) and served
-by the same virtualenv with ``PYTHONPATH`` pointing at it; the working tree is the other contender.
+by the same virtualenv with ``PYTHONPATH`` pointing at it (a directory is used as it is); the working tree is the other contender.
 Both run in embedded mode, each with its own data dir, against one remote. Runs alternate which
 contender goes first. Figures: 4 KiB PUT p50, warm 4 KiB GET p50 (urllib3 and boto3), cold epoch
-(a never-read prefix of small objects, read with the profile's threads). The report is a markdown
+(a never-read prefix of small objects, read with the profile's threads); with ``--workloads checkpoint``
+the profile's object by boto3 ``upload_file`` (ack MB/s, remote-holds-it time against a direct upload). The report is a markdown
 table of medians over the runs, printed and written next to the results JSON.
 """
 
@@ -27,24 +29,49 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.contenders import Contender, Ferry
+from bench.contenders import Contender, Direct, Ferry
 from bench.remote import LINKS, ROOT, RemoteRegion
-from bench.workloads import PROFILES, Bench, log
+from bench.workloads import PROFILES, Bench, log, make_file
 
 FIGURES = (  # (workload, field, label, unit)
     ("small_put", "p50_ms", "4 KiB PUT p50", "ms"),
     ("small_get", "http_p50_ms", "warm 4 KiB GET p50 (urllib3)", "ms"),
     ("small_get", "boto3_p50_ms", "warm 4 KiB GET p50 (boto3)", "ms"),
     ("cold_epoch", "seconds", "cold epoch", "s"),
+    ("checkpoint", "write_mbps", "checkpoint ack", "MB/s"),
+    ("checkpoint", "durable_s", "checkpoint remote holds it", "s"),
+    ("checkpoint", "cpu_s_per_gib", "checkpoint CPU until ack", "s/GiB"),
 )
 WORKLOADS = ("small_put", "small_get", "cold_epoch")
+CHOICES = (*WORKLOADS, "checkpoint")
 
 
 class SideBySide(Bench):
     """Every workload runs on every contender given, whatever their names."""
 
     def pick(self, *names: str) -> list[Contender]:
-        return list(self.c.values())
+        return [c for c in self.c.values() if c.name != "direct" or "direct" in names]
+
+
+def ratios(results: dict[str, dict[str, list[dict[str, Any]]]], names: list[str]) -> list[list[str]]:
+    """Medians of per-run ratios: checkpoint ack MB/s against the baseline, remote-holds against direct."""
+    ck = results.get("checkpoint", {})
+    by_run = {n: {r.get("run"): r for r in ck.get(n, []) if "error" not in r} for n in [*names, "direct"]}
+
+    def med(pairs: list[float]) -> str:
+        return f"{statistics.median(pairs):.3f} (n={len(pairs)})" if pairs else "—"
+
+    base = by_run[names[-1]]  # the baseline comes last
+    acks = [med([by_run[n][r]["write_mbps"] / base[r]["write_mbps"] for r in by_run[n] if r in base])
+            for n in names]
+    rows = [["checkpoint ack MB/s ÷ baseline's (per run)", *acks]]
+    holds = [med([by_run[n][r]["durable_s"] / by_run["direct"][r]["ack_s"] for r in by_run[n] if r in by_run["direct"]])
+             for n in names]
+    return [*rows, ["checkpoint remote holds it ÷ direct upload (per run)", *holds]] if ck else []
+
+
+def _env(variant: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in variant.split(";") if "=" in kv)
 
 
 def baseline_tree(rev: str, into: Path) -> Path:
@@ -78,7 +105,8 @@ def medians(results: dict[str, dict[str, list[dict[str, Any]]]], names: list[str
         for name in names:
             values = [r[field] for r in results.get(workload, {}).get(name, []) if field in r]
             row.append(f"{statistics.median(values):.3f} (n={len(values)})" if values else "—")
-        rows.append(row)
+        if any(v != "—" for v in row[1:]):  # a workload left out of this run: no row
+            rows.append(row)
     return rows
 
 
@@ -96,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--bucket", default="ferry-compare")
     parser.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--variant", action="append", metavar="K=V[;K=V]",
+                        help="a working-tree contender with these environment variables (repeatable)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated subset of {CHOICES}")
     args = parser.parse_args(argv)
+    workloads = [w for w in args.workloads.split(",") if w in CHOICES]
     profile = PROFILES[args.profile]
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -105,34 +137,44 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="ferry-compare-"))
     region = RemoteRegion("netsim" if args.link else "loopback")
     started: list[Ferry] = []
-    tree = baseline_tree(args.baseline, work / "baseline")
+    given = Path(args.baseline).is_dir()
+    tree = Path(args.baseline).resolve() if given else baseline_tree(args.baseline, work / "baseline")
     try:
         remote = region.up()
         description = region.shape(LINKS[args.link] if args.link else LINKS["regional"])
         contenders: dict[str, Contender] = {}
-        for name, env in ((f"ferry@{head}{'+' if dirty else ''}", {}), (f"ferry@{args.baseline}",
-                                                                         {"PYTHONPATH": str(tree)})):
-            ferry = Ferry(remote, work / name.replace("@", "-"))
+        variants = [(f"ferry@{head}{'+' if dirty else ''}" + (f"[{v}]" if v else ""), _env(v))
+                    for v in args.variant or [""]]
+        for name, env in (*variants, (f"ferry@{args.baseline}", {"PYTHONPATH": str(tree)})):
+            ferry = Ferry(remote, work / "".join(ch if ch.isalnum() else "-" for ch in name))
             ferry.gw.extra_env.update(env)
             ferry.name = ferry.label = name
             started.append(ferry.start())
             contenders[name] = ferry
+        if "checkpoint" in workloads:
+            contenders["direct"] = Direct(remote)
+            src = make_file(work / "checkpoint.bin", profile.object_size)
         bench = SideBySide(profile, remote, args.bucket, work, args.link or "loopback", contenders, None, args.runs)
         prepare(bench)
-        bench.stage(list(contenders), [], list(WORKLOADS))
+        bench.stage(list(contenders), [], workloads)
         for run in range(args.runs):
             log(f"---- run {run + 1}/{args.runs}")
-            for workload in WORKLOADS:
-                getattr(bench, workload)(run)
+            bench.run = run
+            for workload in workloads:
+                if workload == "checkpoint":
+                    bench.checkpoint(run, src)
+                else:
+                    getattr(bench, workload)(run)
     finally:
         for ferry in started:
             ferry.stop()
         region.down()
-        drop_tree(tree)
+        if not given:
+            drop_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
-    names = list(contenders)
+    names = [n for n in contenders if n != "direct"]
     report = (f"Ferry {names[0]} against {names[1]}, {description}; profile {profile.name}, {args.runs} runs, "
-              f"medians.\n\n{table(names, medians(bench.results, names))}\n"
+              f"medians.\n\n{table(names, medians(bench.results, names) + ratios(bench.results, names))}\n"
               f"Command: `python -m bench.compare {' '.join(argv if argv is not None else sys.argv[1:])}`\n")
     args.results_dir.mkdir(parents=True, exist_ok=True)
     stem = args.results_dir / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -36,6 +36,11 @@ class AckGate:
         self.poll = poll
         self._inflight = 0
         self._last_end = 0.0
+        self._idle: list[Callable[[], None]] = []
+
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the event loop) each time the last acknowledgement in flight ends."""
+        self._idle.append(callback)
 
     @property
     def inflight(self) -> int:
@@ -49,6 +54,9 @@ class AckGate:
         finally:
             self._inflight -= 1
             self._last_end = time.monotonic()
+            if not self._inflight:
+                for callback in self._idle:
+                    callback()
 
     async def quiet(self, *, since: float | None = None, max_wait: float | None = None, settle: float = 0.0) -> None:
         """Return once no acknowledgement is in flight, or ``max_wait`` (default: the gate's)

@@ -33,6 +33,7 @@ from app.services.bodies import (
 from app.services.budget import CURRENT_TENANT, DiskReserve, Reservation, WriteBudget, slow_down
 from app.services.budget import NONE as NO_RESERVATION
 from app.services.cache import ReadCache
+from app.services.copy_admission import CopyAdmission
 from app.services.destage import Destager
 from app.services.executor import Executor
 from app.services.partcopies import PartCopies
@@ -58,7 +59,8 @@ class GatewayCore:
                  part_copies: PartCopies | None = None,
                  budget: WriteBudget | None = None, disk: DiskReserve | None = None,
                  peers: PeerVersions | None = None, acks: AckGate | None = None,
-                 background_nice: int = 0, takeover_grace: float = 0.0, inline_max: int = 0) -> None:
+                 background_nice: int = 0, takeover_grace: float = 0.0, inline_max: int = 0,
+                 copy_busy_limit: int = 1, copy_backlog_bytes: int = 64 * 1024**2) -> None:
         self.catalog = catalog
         self.tenancy = tenancy  # bucket ownership (Tenancy(shared=True) lets everyone in)
         self.blobs = blobs
@@ -86,6 +88,7 @@ class GatewayCore:
         # priority) give way to: see services/background.py.
         self.acks = acks or AckGate(max_wait=0)
         self._ahead_threads = BackgroundThreads(part_concurrency, background_nice, name="ferry-ahead")
+        self._copy_admission = CopyAdmission(self.acks, part_concurrency, copy_busy_limit, copy_backlog_bytes)
         self.budget = budget or WriteBudget(buffer_bytes)  # bodies being received by this process
         self.disk = disk  # the data directory's free space, when budgeted against it
         # Fleet mode: other nodes' buffered writes are read from them (None: every row is ours).

@@ -126,8 +126,8 @@ class MultipartService(ConditionalWrites):
 
     async def _copy_part(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
         try:
-            await self.acks.quiet()
-            await self._ahead_threads.run(self._copy_part_sync, bucket, key, upload_id, part, blob)
+            async with self._copy_admission.slot(part.size):
+                await self._ahead_threads.run(self._copy_part_sync, bucket, key, upload_id, part, blob)
         except Exception as exc:  # the destage sends this part instead
             log.info("copying part %s of %s/%s ahead failed: %s", part.part_number, bucket, key, exc)
         finally:
