@@ -81,6 +81,19 @@ def prepare(bench: Bench, profile: Profile, src: Path, work: Path) -> None:
                         range(profile.dataset_count)))
 
 
+def disk_short(path: Path, margin: int, usage: Any = shutil.disk_usage) -> str | None:
+    """Why a run here would not measure Ferry, or None: below its default disk reserve
+    (max(1 GiB, 5 % of the disk), ``FERRY_DISK_RESERVE_*``) Ferry refuses writes and cache fills,
+    so its figures would be of a full disk. ``margin``: what the run itself may still write."""
+    total, _used, free = usage(path)
+    reserve = max(1024**3, int(0.05 * total))
+    if free >= reserve + margin:
+        return None
+    gib = 1024**3
+    return (f"{path}: {free / gib:.1f} GiB free, below Ferry's disk reserve ({reserve / gib:.1f} GiB) plus "
+            f"{margin / gib:.1f} GiB for this run: Ferry refuses writes and cache fills there")
+
+
 def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, link_name: str, work: Path, src: Path,
              nginx_bin: str | None, selected: list[str]) -> dict[str, Any]:
     """Fresh contenders (cold caches) for one link profile, every selected workload, then stop them all."""
@@ -114,6 +127,10 @@ def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, l
             contenders["nginx-static"] = NginxStatic(nginx)
         for run in range(args.runs):
             log(f"---- {link_name} run {run + 1}/{args.runs}")
+            short = disk_short(lwork, 4 * profile.object_size)
+            if short:  # its figures would be of a full disk, not of Ferry: said in the report
+                bench.errors.append(f"run {run + 1}: {short}")
+                log(f"ERROR {bench.errors[-1]}")
             bench.run = run
             for workload in selected:
                 try:  # one broken workload must not lose the others' numbers

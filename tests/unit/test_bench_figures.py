@@ -107,3 +107,16 @@ def test_process_cpu_counts_the_whole_tree() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait(10)
+
+
+def test_disk_short_names_a_disk_below_ferrys_reserve() -> None:
+    from pathlib import Path
+
+    from bench.__main__ import disk_short
+
+    gib = 1024**3
+    # 252 GiB disk: the reserve is 5 % (12.6 GiB); 9.5 GiB free is short, 40 GiB is not.
+    assert disk_short(Path("/x"), 4 * gib, usage=lambda _p: (252 * gib, 0, int(9.5 * gib))) is not None
+    assert disk_short(Path("/x"), 4 * gib, usage=lambda _p: (252 * gib, 0, 40 * gib)) is None
+    # a small disk: the 1 GiB floor applies
+    assert disk_short(Path("/x"), 0, usage=lambda _p: (10 * gib, 0, gib // 2)) is not None
