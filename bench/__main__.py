@@ -94,6 +94,19 @@ def disk_short(path: Path, margin: int, usage: Any = shutil.disk_usage) -> str |
             f"{margin / gib:.1f} GiB for this run: Ferry refuses writes and cache fills there")
 
 
+def exclude_run(data: dict[str, Any], spec: str) -> None:
+    """Drop run N of a link from every workload and contender (all contenders: ratios stay within runs)."""
+    link, _, number = spec.partition(":")
+    if link not in data["links"] or not number.isdigit():
+        raise SystemExit(f"--exclude-run {spec}: expected LINK:N with LINK one of {sorted(data['links'])}")
+    run = int(number) - 1
+    for rows_by_contender in data["links"][link]["results"].values():
+        for name, rows in rows_by_contender.items():
+            rows_by_contender[name] = [r for r in rows if r.get("run") != run]
+    data["meta"]["note"] = (data["meta"].get("note", "") + f" Run {number} of `{link}` is left out of every figure "
+                            f"(`--exclude-run {spec}`).").strip()
+
+
 def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, link_name: str, work: Path, src: Path,
              nginx_bin: str | None, selected: list[str]) -> dict[str, Any]:
     """Fresh contenders (cold caches) for one link profile, every selected workload, then stop them all."""
@@ -184,11 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", help="a sentence put at the top of the report")
     parser.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON", help="only re-render the report from a results file")
+    parser.add_argument("--exclude-run", action="append", default=[], metavar="LINK:N",
+                        help="with --render: leave run N (1-based) of LINK out of every figure, e.g. a run the "
+                             "report's errors say was taken on a nearly full disk (said in the report)")
     args = parser.parse_args(argv)
     if args.render:
         data = json.loads(args.render.read_text())
         if args.note:
             data["meta"]["note"] = args.note
+        for spec in args.exclude_run:
+            exclude_run(data, spec)
         render(data, args.out or ROOT / "docs" / "benchmarks.md")
         return 0
     profile = PROFILES[args.profile]

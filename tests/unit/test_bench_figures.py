@@ -120,3 +120,15 @@ def test_disk_short_names_a_disk_below_ferrys_reserve() -> None:
     assert disk_short(Path("/x"), 4 * gib, usage=lambda _p: (252 * gib, 0, 40 * gib)) is None
     # a small disk: the 1 GiB floor applies
     assert disk_short(Path("/x"), 0, usage=lambda _p: (10 * gib, 0, gib // 2)) is not None
+
+
+def test_exclude_run_drops_that_run_for_every_contender_and_says_so() -> None:
+    from bench.__main__ import exclude_run
+
+    data = {"meta": {"note": ""}, "links": {"regional": {"results": {
+        "checkpoint": {"ferry": [{"run": 0, "ack_s": 1}, {"run": 2, "ack_s": 9}],
+                       "rclone": [{"run": 2, "ack_s": 8}, {"run": 1, "ack_s": 2}]}}}}}
+    exclude_run(data, "regional:3")
+    rows = data["links"]["regional"]["results"]["checkpoint"]
+    assert rows == {"ferry": [{"run": 0, "ack_s": 1}], "rclone": [{"run": 1, "ack_s": 2}]}
+    assert "Run 3 of `regional`" in data["meta"]["note"]
