@@ -107,6 +107,46 @@ def exclude_run(data: dict[str, Any], spec: str) -> None:
                             f"(`--exclude-run {spec}`).").strip()
 
 
+def start_contenders(args: argparse.Namespace, profile: Profile, remote: Any, lwork: Path, src: Path,
+                     nginx_bin: str | None, contenders: dict[str, Contender]) -> list[Any]:
+    """Start Ferry (each worker count), rclone and nginx into ``contenders``; returns what to stop."""
+    started: list[Any] = []
+    for w in profile.ferry_workers:
+        f = Ferry(remote, lwork, workers=w).start()
+        started.append(f)
+        contenders[f.name] = f
+    if not args.no_rclone:
+        r = Rclone(remote, lwork).start()
+        started.append(r)
+        contenders["rclone"] = r
+    if nginx_bin:
+        nginx = Nginx(nginx_bin, remote, lwork, src.parent).start()
+        started.append(nginx)
+        contenders["nginx-proxy"] = NginxProxy(nginx, remote)
+        contenders["nginx-static"] = NginxStatic(nginx)
+    return started
+
+
+def one_run(bench: Bench, run: int, selected: list[str], src: Path, lwork: Path) -> None:
+    """Every selected per-run workload once; a broken one is recorded, the others still run."""
+    short = disk_short(lwork, 4 * bench.p.object_size)
+    if short:  # its figures would be of a full disk, not of Ferry: said in the report
+        bench.errors.append(f"run {run + 1}: {short}")
+        log(f"ERROR {bench.errors[-1]}")
+    bench.run = run
+    for workload in selected:
+        try:
+            if workload == "disk":
+                bench.disk(run)
+            elif workload == "checkpoint":
+                bench.checkpoint(run, src)
+            elif workload in ("small_put", "cold_read", "warm_read", "cold_epoch", "warm_epoch", "small_get"):
+                getattr(bench, workload)(run)
+        except Exception as exc:
+            bench.errors.append(f"{workload} (run {run + 1}): {type(exc).__name__}: {str(exc)[:300]}")
+            log(f"ERROR {bench.errors[-1]}")
+
+
 def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, link_name: str, work: Path, src: Path,
              nginx_bin: str | None, selected: list[str]) -> dict[str, Any]:
     """Fresh contenders (cold caches) for one link profile, every selected workload, then stop them all."""
@@ -118,44 +158,16 @@ def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, l
     lwork.mkdir(parents=True, exist_ok=True)
     contenders: dict[str, Contender] = {"direct": Direct(remote)}
     started: list[Any] = []
-    nginx: Nginx | None = None
     bench = Bench(profile, remote, args.bucket, lwork, link_name, contenders, nginx_bin, args.runs)
     try:
         prepare(bench, profile, src, work)
         ferries = ["ferry" if w == 1 else f"ferry-w{w}" for w in profile.ferry_workers]
         others = ([] if args.no_rclone else ["rclone"]) + (["nginx-proxy"] if nginx_bin else [])
         bench.stage(["direct", *ferries, *others], [*ferries, *others], selected)
-        for w in profile.ferry_workers:
-            f = Ferry(remote, lwork, workers=w).start()
-            started.append(f)
-            contenders[f.name] = f
-        if not args.no_rclone:
-            r = Rclone(remote, lwork).start()
-            started.append(r)
-            contenders["rclone"] = r
-        if nginx_bin:
-            nginx = Nginx(nginx_bin, remote, lwork, src.parent).start()
-            started.append(nginx)
-            contenders["nginx-proxy"] = NginxProxy(nginx, remote)
-            contenders["nginx-static"] = NginxStatic(nginx)
+        started += start_contenders(args, profile, remote, lwork, src, nginx_bin, contenders)
         for run in range(args.runs):
             log(f"---- {link_name} run {run + 1}/{args.runs}")
-            short = disk_short(lwork, 4 * profile.object_size)
-            if short:  # its figures would be of a full disk, not of Ferry: said in the report
-                bench.errors.append(f"run {run + 1}: {short}")
-                log(f"ERROR {bench.errors[-1]}")
-            bench.run = run
-            for workload in selected:
-                try:  # one broken workload must not lose the others' numbers
-                    if workload == "disk":
-                        bench.disk(run)
-                    elif workload == "checkpoint":
-                        bench.checkpoint(run, src)
-                    elif workload in ("small_put", "cold_read", "warm_read", "cold_epoch", "warm_epoch", "small_get"):
-                        getattr(bench, workload)(run)
-                except Exception as exc:
-                    bench.errors.append(f"{workload} (run {run + 1}): {type(exc).__name__}: {str(exc)[:300]}")
-                    log(f"ERROR {bench.errors[-1]}")
+            one_run(bench, run, selected, src, lwork)
         if "herd" in selected:
             log(f"---- {link_name} herd")
             bench.herd(0, herd_factories(lwork, nginx_bin, profile))
@@ -175,7 +187,7 @@ def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, l
             "profile": {"herd_size": profile.herd_size}}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
@@ -200,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude-run", action="append", default=[], metavar="LINK:N",
                         help="with --render: leave run N (1-based) of LINK out of every figure, e.g. a run the "
                              "report's errors say was taken on a nearly full disk (said in the report)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.render:
         data = json.loads(args.render.read_text())

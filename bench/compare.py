@@ -31,7 +31,7 @@ from typing import Any
 
 from bench.contenders import Contender, Direct, Ferry
 from bench.remote import LINKS, ROOT, RemoteRegion
-from bench.workloads import PROFILES, Bench, log, make_file
+from bench.workloads import PROFILES, Bench, Profile, log, make_file
 
 FIGURES = (  # (workload, field, label, unit)
     ("small_put", "p50_ms", "4 KiB PUT p50", "ms"),
@@ -115,7 +115,7 @@ def table(names: list[str], rows: list[list[str]]) -> str:
     return head + "".join("| " + " | ".join(r) + " |\n" for r in rows)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="git revision to compare the working tree with")
@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", metavar="K=V[;K=V]",
                         help="a working-tree contender with these environment variables (repeatable)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated subset of {CHOICES}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     workloads = [w for w in args.workloads.split(",") if w in CHOICES]
     profile = PROFILES[args.profile]
@@ -172,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         if not given:
             drop_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
+    return write_report(bench, contenders, description, profile, args, argv)
+
+
+def write_report(bench: SideBySide, contenders: dict[str, Contender], description: str, profile: Profile,
+                 args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The medians and per-run ratios, printed and kept in results-dir; 1 when a workload failed."""
     names = [n for n in contenders if n != "direct"]
     report = (f"Ferry {names[0]} against {names[1]}, {description}; profile {profile.name}, {args.runs} runs, "
               f"medians.\n\n{table(names, medians(bench.results, names) + ratios(bench.results, names))}\n"
