@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.integration.test_eager_parts import part_puts, wait_for
 from tests.support.counting_proxy import CountingProxy
 from tests.support.gateway import GatewayProcess
 
@@ -24,17 +25,6 @@ def ggw(proxy: CountingProxy, tmp_path_factory: pytest.TempPathFactory) -> Itera
     env = {"FERRY_EAGER_COPY_BUSY_LIMIT": "0"}
     with GatewayProcess(proxy, tmp_path_factory.mktemp("gate-gw"), env=env) as gw:
         yield gw
-
-
-def part_puts(proxy: CountingProxy, key: str) -> list[Any]:
-    return [r for r in proxy.requests("PUT", key) if "partNumber=" in r.query]
-
-
-def wait_for(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 @pytest.mark.slow
