@@ -127,7 +127,7 @@ def start_contenders(args: argparse.Namespace, profile: Profile, remote: Any, lw
     return started
 
 
-def one_run(bench: Bench, run: int, selected: list[str], src: Path, lwork: Path) -> None:
+def one_run(bench: Bench, run: int, selected: list[str], src: Path, lwork: Path, region: RemoteRegion) -> None:
     """Every selected per-run workload once; a broken one is recorded, the others still run."""
     short = disk_short(lwork, 4 * bench.p.object_size)
     if short:  # its figures would be of a full disk, not of Ferry: said in the report
@@ -145,6 +145,16 @@ def one_run(bench: Bench, run: int, selected: list[str], src: Path, lwork: Path)
         except Exception as exc:
             bench.errors.append(f"{workload} (run {run + 1}): {type(exc).__name__}: {str(exc)[:300]}")
             log(f"ERROR {bench.errors[-1]}")
+    reclaim(bench, region)
+
+
+def reclaim(bench: Bench, region: RemoteRegion) -> None:
+    """Give the remote's deleted objects' space back; a failure is recorded, the run goes on."""
+    try:
+        region.reclaim()
+    except Exception as exc:
+        bench.errors.append(f"reclaiming the remote's space: {type(exc).__name__}: {str(exc)[:300]}")
+        log(f"ERROR {bench.errors[-1]}")
 
 
 def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, link_name: str, work: Path, src: Path,
@@ -167,7 +177,7 @@ def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, l
         started += start_contenders(args, profile, remote, lwork, src, nginx_bin, contenders)
         for run in range(args.runs):
             log(f"---- {link_name} run {run + 1}/{args.runs}")
-            one_run(bench, run, selected, src, lwork)
+            one_run(bench, run, selected, src, lwork, region)
         if "herd" in selected:
             log(f"---- {link_name} herd")
             bench.herd(0, herd_factories(lwork, nginx_bin, profile))
@@ -183,6 +193,9 @@ def run_link(args: argparse.Namespace, profile: Profile, region: RemoteRegion, l
             with contextlib.suppress(Exception):
                 s.stop()
         shutil.rmtree(lwork, ignore_errors=True)
+        with contextlib.suppress(Exception):  # the next link stages its own copies: this link's go
+            bench.drop([f"{kind}/{link_name}/" for kind in ("cold", "epoch", "small", "ckpt", "herd")])
+        reclaim(bench, region)
     return {"description": description, "results": bench.results, "skipped": bench.skipped, "errors": bench.errors,
             "profile": {"herd_size": profile.herd_size}}
 

@@ -86,6 +86,18 @@ def netsim_remote(link: Link | None = None) -> Remote:
                   env["AWS_DEFAULT_REGION"])
 
 
+def delete_prefixes(s3: Any, bucket: str, prefixes: list[str]) -> int:
+    """Delete every object under ``prefixes`` (the bench's own keys, once no run reads them again)."""
+    deleted = 0
+    for prefix in prefixes:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+                deleted += len(keys)
+    return deleted
+
+
 class RemoteRegion:
     """Brings up (and always tears down) the remote for a run; ``shape()`` switches link profiles."""
 
@@ -126,6 +138,11 @@ class RemoteRegion:
         if self.kind == "loopback":
             return "loopback SeaweedFS, no shaping (a fast remote: only per-stage and ratio figures mean anything)"
         return f"the given endpoint {self.remote.endpoint if self.remote else '?'}, link as it is"
+
+    def reclaim(self) -> None:
+        """Compact the netsim remote's volumes, so objects the bench deleted give their space back."""
+        if self.kind == "netsim":
+            netsim.vacuum()
 
     def down(self) -> None:
         if self._seaweed is not None:

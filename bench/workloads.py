@@ -23,7 +23,7 @@ from boto3.s3.transfer import TransferConfig
 
 from bench.contenders import Contender, Ferry, Nginx, NginxProxy, Rclone, http_pool
 from bench.proc_cpu import CpuMeter
-from bench.remote import CountingRelay, Remote
+from bench.remote import CountingRelay, Remote, delete_prefixes
 
 MiB = 1024 * 1024
 CHUNK = MiB
@@ -222,6 +222,10 @@ class Bench:
         log(f"staging {len(pairs)} server-side copies")
         self.copy_many(pairs)
 
+    def drop(self, prefixes: list[str]) -> None:
+        """Delete remote keys no run reads again: a full run of both links would otherwise fill the disk."""
+        log(f"deleted {delete_prefixes(self.rs3, self.bucket, prefixes)} objects under {len(prefixes)} prefixes")
+
     def cold_key(self, c: Contender, run: int) -> str:
         return f"cold/{self.link}/{c.name}/{run}"
 
@@ -287,6 +291,8 @@ class Bench:
                 return {"mbps": n / total / 1e6, "ttfb_ms": ttfb * 1e3, "seconds": total}
 
             self.record("cold_read", c, one)
+        if run > 0:  # warm reads use run 1's keys; the others are never read again
+            self.drop([self.cold_key(c, run) for c in self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy")])
 
     def warm_read(self, run: int) -> None:
         cs = self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy", "nginx-static"), run)
@@ -323,6 +329,8 @@ class Bench:
     def cold_epoch(self, run: int) -> None:
         for c in self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy"), run):
             self.record("cold_epoch", c, lambda c=c: self._epoch(c, self.epoch_prefix(c, run)))
+        if run > 0:  # warm epochs read run 1's prefix
+            self.drop([self.epoch_prefix(c, run) for c in self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy")])
 
     def warm_epoch(self, run: int) -> None:
         cs = self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy"), run)

@@ -8,7 +8,8 @@
 See link.py for the topology and how delay and rate are made.
 """
 
-from bench.netsim.link import PROFILES, Shape, State, down, guard, load_state, status, up
+from bench.netsim.link import PROFILES, Shape, State, down, guard, load_state, status, up, vacuum
 from bench.netsim.system import NetsimError, netns_available
 
-__all__ = ["PROFILES", "NetsimError", "Shape", "State", "down", "guard", "load_state", "netns_available", "status", "up"]
+__all__ = ["PROFILES", "NetsimError", "Shape", "State", "down", "guard", "load_state", "netns_available", "status", "up",
+           "vacuum"]

@@ -276,6 +276,15 @@ def _start_server(state: State) -> None:
 
 # ------------------------------------------------------------------------------------- public
 
+def vacuum(garbage_threshold: float = 0.01, timeout: float = 900.0) -> None:
+    """Give the disk back: SeaweedFS only marks deleted needles, its master compacts volumes on demand.
+    The benchmark deletes what it no longer reads and calls this between runs, or a full run of both
+    links would fill the disk it measures (it did once: 66 GB)."""
+    url = f"http://{REMOTE_IP}:{PORT_BASE + 1}/vol/vacuum?garbageThreshold={garbage_threshold}"
+    with urllib.request.urlopen(url, timeout=timeout) as answer:
+        answer.read()
+
+
 def guard(endpoint: str) -> None:
     """Raise unless every address of ``endpoint`` is loopback or routed out through ferrysim0."""
     host = urlsplit(endpoint).hostname or ""
