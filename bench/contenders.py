@@ -362,5 +362,5 @@ def versions(nginx: str | None) -> dict[str, str]:
         if head:
             out["ferry commit"] = head + (" + uncommitted changes in app/" if dirty else "")
     out["python"] = sys.version.split()[0]
-    out["root"] = str(ROOT)
+    out["root"] = ROOT.name  # the checkout's name, not its path: results files are committed
     return out
