@@ -104,10 +104,17 @@ def die_with_parent() -> None:
 
     Without it, a kill -9 of ``ferry serve`` would leave its uvicorn workers serving (writing
     into ``tmp/``) after the lock is gone, and a successor's recovery would delete their uploads.
+
+    The owner is the process that started this one (``multiprocessing.parent_process``), not
+    whatever ``getppid`` says now: an owner killed while this worker was still starting has
+    already handed it to init, and a check against the current parent would pass.
     """
-    parent = os.getppid()
+    import multiprocessing
+
+    started_by = multiprocessing.parent_process()
+    owner = started_by.pid if started_by is not None and started_by.pid else os.getppid()
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != parent:  # the owner died before the request took effect
+    if os.getppid() != owner:  # the owner died before the request took effect
         os.kill(os.getpid(), signal.SIGKILL)
