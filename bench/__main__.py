@@ -27,9 +27,10 @@ from typing import Any
 from boto3.s3.transfer import TransferConfig
 
 from bench.contenders import Contender, Direct, Ferry, Nginx, NginxProxy, NginxStatic, Rclone, find_nginx, versions
+from bench.probes import log, make_file
 from bench.remote import LINKS, ROOT, RemoteRegion
 from bench.report import render
-from bench.workloads import PROFILES, WORKLOADS, Bench, Profile, herd_factories, log, make_file
+from bench.workloads import PROFILES, WORKLOADS, Bench, Profile, herd_factories
 
 
 def machine() -> dict[str, str]:

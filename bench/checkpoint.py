@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import netsim  # noqa: E402
-from bench.workloads import disk_write_fsync_mbps, md5_mbps  # noqa: E402
-from bench.workloads import make_file as _make_file  # noqa: E402
+from bench.probes import disk_write_fsync_mbps, md5_mbps  # noqa: E402
+from bench.probes import make_file as _make_file  # noqa: E402
 from tests.support.gateway import GatewayProcess  # noqa: E402
 
 

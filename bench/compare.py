@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.contenders import Contender, Direct, Ferry
+from bench.probes import log, make_file
 from bench.remote import LINKS, ROOT, RemoteRegion
-from bench.workloads import PROFILES, Bench, Profile, log, make_file
+from bench.workloads import PROFILES, Bench, Profile
 
 FIGURES = (  # (workload, field, label, unit)
     ("small_put", "p50_ms", "4 KiB PUT p50", "ms"),

@@ -29,9 +29,9 @@ from typing import Any
 
 import urllib3
 
+from bench.probes import pct, read_http
 from bench.proc_cpu import CpuMeter
 from bench.stages import tree_gateways
-from bench.workloads import pct, read_http
 from tests.support.gateway import free_port
 from tests.support.seaweed import SeaweedServer
 

@@ -30,8 +30,8 @@ from typing import Any
 
 from boto3.s3.transfer import TransferConfig
 
+from bench.probes import make_file, pct
 from bench.proc_cpu import cpu_seconds, gateway_pids
-from bench.workloads import make_file, pct
 from tests.support.gateway import GatewayProcess
 from tests.support.seaweed import SeaweedServer
 

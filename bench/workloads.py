@@ -8,7 +8,6 @@ takes medians and spreads, and judges only ratios measured in the same run.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
 import os
 import sqlite3
 import statistics
@@ -22,11 +21,10 @@ from typing import Any
 from boto3.s3.transfer import TransferConfig
 
 from bench.contenders import Contender, Ferry, Nginx, NginxProxy, Rclone, http_pool
+from bench.probes import MiB, cpu_per, disk_write_fsync_mbps, log, md5_mbps, pct, read_http, reader, timed_loop
 from bench.proc_cpu import CpuMeter
 from bench.remote import CountingRelay, Remote, delete_prefixes
 
-MiB = 1024 * 1024
-CHUNK = MiB
 SMALL = 4096
 
 
@@ -55,106 +53,6 @@ PROFILES = {
 }
 WORKLOADS = ("disk", "checkpoint", "small_put", "cold_read", "warm_read", "cold_epoch", "warm_epoch", "small_get",
              "herd", "scale")
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def pct(values: list[float], q: float) -> float:
-    """The q-quantile (nearest rank), enough for p50/p99 of a few hundred samples."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
-
-
-# ---------------------------------------------------------------------------------------- machine
-def disk_write_fsync_mbps(directory: Path, size: int) -> float:
-    """Sequential write + one fsync of ``size`` bytes: what a write-back cache can hope to ack at."""
-    block = os.urandom(8 * MiB)
-    path = directory / "disk-probe.bin"
-    t0 = time.perf_counter()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        written = 0
-        while written < size:
-            written += os.write(fd, block[: min(len(block), size - written)])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    elapsed = time.perf_counter() - t0
-    path.unlink()
-    return size / elapsed / 1e6
-
-
-def md5_mbps(size: int = 256 * MiB) -> float:
-    """MD5 on one core: S3 ETags cost this much CPU per byte written."""
-    block = os.urandom(8 * MiB)
-    h = hashlib.md5()
-    t0 = time.perf_counter()
-    for _ in range(max(1, size // len(block))):
-        h.update(block)
-    return max(1, size // len(block)) * len(block) / (time.perf_counter() - t0) / 1e6
-
-
-def make_file(path: Path, size: int) -> Path:
-    block = os.urandom(16 * MiB)
-    with open(path, "wb") as fh:
-        written = 0
-        while written < size:
-            written += fh.write(block[: min(len(block), size - written)])
-    return path
-
-
-# ---------------------------------------------------------------------------------------- clients
-def read_s3(s3: Any, bucket: str, key: str) -> tuple[float, float, int]:
-    """One GET with boto3, body drained in 1 MiB reads: (time to first byte, total seconds, bytes)."""
-    t0 = time.perf_counter()
-    body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-    n = len(body.read(1))
-    ttfb = time.perf_counter() - t0
-    while chunk := body.read(CHUNK):
-        n += len(chunk)
-    return ttfb, time.perf_counter() - t0, n
-
-
-def read_http(pool: Any, url: str) -> tuple[float, float, int]:
-    """The same with urllib3 (nginx, presigned URLs)."""
-    t0 = time.perf_counter()
-    r = pool.request("GET", url, preload_content=False)
-    if r.status != 200:
-        raise RuntimeError(f"GET {url.split('?')[0]}: HTTP {r.status} {r.read(300)!r}")
-    n = len(r.read(1))
-    ttfb = time.perf_counter() - t0
-    while chunk := r.read(CHUNK):
-        n += len(chunk)
-    r.release_conn()
-    return ttfb, time.perf_counter() - t0, n
-
-
-def reader(c: Contender, pool: Any, bucket: str) -> Callable[[str], tuple[float, float, int]]:
-    if c.kind == "http":
-        return lambda key: read_http(pool, c.url(bucket, key))
-    s3 = c.s3()
-    return lambda key: read_s3(s3, bucket, key)
-
-
-def cpu_per(meter: CpuMeter, units: float, scale: float) -> dict[str, float]:
-    """``{"cpu": seconds spent / units * scale}``, or nothing when the contender has no local process."""
-    spent = meter.seconds()
-    return {} if spent is None or not units else {"cpu": spent / units * scale}
-
-
-def timed_loop(fn: Callable[[int], None], n: int, budget_s: float, n_min: int = 20) -> list[float]:
-    """Latencies (s) of up to ``n`` calls, stopping early after ``budget_s`` once ``n_min`` were done."""
-    out: list[float] = []
-    start = time.perf_counter()
-    for i in range(n):
-        t0 = time.perf_counter()
-        fn(i)
-        out.append(time.perf_counter() - t0)
-        if len(out) >= n_min and time.perf_counter() - start > budget_s:
-            break
-    return out
 
 
 # ---------------------------------------------------------------------------------------- the bench
@@ -283,7 +181,8 @@ class Bench:
             self.record("small_put", c, one)
 
     def cold_read(self, run: int) -> None:
-        for c in self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy"), run):
+        readers = self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy"), run)
+        for c in readers:
             def one(c: Contender = c) -> dict[str, Any]:
                 ttfb, total, n = reader(c, self.pool, self.bucket)(self.cold_key(c, run))
                 if n != self.p.object_size:
@@ -292,7 +191,7 @@ class Bench:
 
             self.record("cold_read", c, one)
         if run > 0:  # warm reads use run 1's keys; the others are never read again
-            self.drop([self.cold_key(c, run) for c in self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy")])
+            self.drop([self.cold_key(c, run) for c in readers])
 
     def warm_read(self, run: int) -> None:
         cs = self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy", "nginx-static"), run)
@@ -327,10 +226,11 @@ class Bench:
                 **{f"{k}_ms_per_object": v for k, v in cpu_per(meter, len(keys), 1e3).items()}}
 
     def cold_epoch(self, run: int) -> None:
-        for c in self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy"), run):
+        readers = self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy"), run)
+        for c in readers:
             self.record("cold_epoch", c, lambda c=c: self._epoch(c, self.epoch_prefix(c, run)))
         if run > 0:  # warm epochs read run 1's prefix
-            self.drop([self.epoch_prefix(c, run) for c in self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy")])
+            self.drop([self.epoch_prefix(c, run) for c in readers])
 
     def warm_epoch(self, run: int) -> None:
         cs = self.rotate(self.pick("direct", "ferry", "ferry-w*", "rclone", "nginx-proxy"), run)
