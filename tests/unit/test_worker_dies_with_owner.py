@@ -49,7 +49,6 @@ def test_a_worker_whose_owner_died_while_it_started_kills_itself(tmp_path: Path)
     while not pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pid_file.exists(), "the worker never started"
-    time.sleep(0.2)
     while pid_file.read_text() == "" and time.monotonic() < deadline:
         time.sleep(0.05)
     pid = int(pid_file.read_text())
