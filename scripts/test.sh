@@ -57,7 +57,7 @@ if [ "$workers" = 0 ]; then
   run_pytest -m "$markexpr" "$@"
   rc=$?
 else
-  run_pytest -n "$workers" --dist loadfile -m "$(scoped "not $serial_only")" "$@"
+  run_pytest -n "$workers" --dist loadfile --durations=30 -m "$(scoped "not $serial_only")" "$@"
   rc=$?
   run_pytest -m "$(scoped "$serial_only")" "$@"
   rc_serial=$?
