@@ -81,7 +81,9 @@ class GatewayProcess:
         env.update(self.extra_env)
         return env
 
-    def start(self, timeout: float = 30.0) -> GatewayProcess:
+    def start(self, timeout: float = 60.0) -> GatewayProcess:
+        # Each uvicorn worker imports the whole application again (1.3 s of CPU): on 2 cores
+        # under a parallel test run, a 2-worker start was measured at 8-17 s and once passed 30 s.
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen([FERRY, "serve"], env=self.env(), stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
