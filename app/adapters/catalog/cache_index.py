@@ -10,6 +10,7 @@ import contextlib
 import json
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -96,10 +97,34 @@ def move_entries(conn: Connection, froms: Iterable[CacheState], to: CacheState,
     return int(conn.execute(stmt).rowcount or 0)
 
 
+class _Refused(Exception):
+    """put_ready's checks failed inside its transaction (which then rolls back)."""
+
+
+class _Retry(Exception):
+    """put_ready's insert met a row inserted meanwhile: try the transaction again."""
+
+
+_CACHE_LOCK_SPACE = 0x46657272  # PostgreSQL advisory locks (space, id): apart from the destage's
+
+
+def lock_key_entries(conn: Connection, bucket: str, key: str) -> None:
+    """Serialise, within the caller's transaction, everything that checks or invalidates the
+    key's cache entries. PostgreSQL: an advisory lock of the key, taken before any of them is
+    touched. SQLite: every writing transaction holds the database's one write lock until it
+    ends, so a transaction whose first statement writes (``put_ready``'s delete) already holds it
+    when it checks (pysqlite begins a transaction only at the first write: a check run before
+    that would read outside it)."""
+    if conn.dialect.name == "postgresql":
+        ident = zlib.crc32(f"{bucket}/{key}".encode("utf-8", "surrogatepass")) - 2**31
+        conn.execute(text("SELECT pg_advisory_xact_lock(:space, :id)"), {"space": _CACHE_LOCK_SPACE, "id": ident})
+
+
 def invalidate_key(conn: Connection, bucket: str, key: str) -> None:
     """Inside the caller's transaction (e.g. the journal's commit of a write, so a buffered
     write pays one commit): every node's entry of the key turns invalid, and the shared
     tombstone's time moves to now."""
+    lock_key_entries(conn, bucket, key)
     now = time.time()
     move_entries(conn, CacheState, CacheState.INVALID, T.c.bucket == bucket, T.c.key == key, validated_at=now)
     values = {"node_id": SHARED_NODE, "bucket": bucket, "key": key, "etag": "", "size": 0, "block_size": 1,
@@ -177,25 +202,32 @@ class CacheIndex:
         when a write replaced the key since ``started``, or a write of the key is still dirty in
         the journal (then nothing is cached).
 
-        Both checks share the insert's transaction. A discovery that fetched the remote before a
-        write was destaged sees the write's row dirty, or, once it is durable, the tombstone that
-        ``Journal.mark_durable`` moved to the destage's time, which is after ``started``."""
+        A discovery that fetched the remote before a write was destaged sees the write's row
+        dirty, or, once it is durable, the tombstone that ``Journal.mark_durable`` moved to the
+        destage's time, which is after ``started``. The checks and the insert are one atomic
+        step against any commit that invalidates the key (``lock_key_entries``): checked first
+        and inserted after such a commit, the old version would be served as current."""
         now = time.time()
         values = {"node_id": self.node_id, "bucket": bucket, "key": meta.key, "etag": meta.etag,
                   "version_id": meta.version_id, "size": meta.size, "block_size": block_size,
                   "meta_json": meta_to_json(meta), "tenant_id": tenant_id, "state": CacheState.READY.value, "pinned": pinned,
                   "cached_bytes": cached_bytes, "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
         for _ in range(3):
-            with self._begin() as conn:
-                if conn.execute(self._written_since, {"b": bucket, "k": meta.key, "since": started}).scalar():
-                    return None
-                if conn.execute(self._dirty_write, {"b": bucket, "k": meta.key}).first() is not None:
-                    return None
-                conn.execute(self._delete_own, {"n": self.node_id, "b": bucket, "k": meta.key})
-                try:
-                    row_id = conn.execute(self._insert, values).inserted_primary_key[0]
-                except IntegrityError:
-                    continue  # another process inserted between delete and insert: retry
+            try:
+                with self._begin() as conn:
+                    lock_key_entries(conn, bucket, meta.key)
+                    conn.execute(self._delete_own, {"n": self.node_id, "b": bucket, "k": meta.key})
+                    if conn.execute(self._written_since, {"b": bucket, "k": meta.key, "since": started}).scalar() or \
+                            conn.execute(self._dirty_write, {"b": bucket, "k": meta.key}).first() is not None:
+                        raise _Refused  # rolls the delete back: the previous row stays as it was
+                    try:
+                        row_id = conn.execute(self._insert, values).inserted_primary_key[0]
+                    except IntegrityError:
+                        raise _Retry from None  # another process inserted between delete and insert
+            except _Refused:
+                return None
+            except _Retry:
+                continue
             return Entry(int(row_id), bucket, meta.key, meta.etag, meta.size, block_size, meta, tenant_id, CacheState.READY,
                          cached_bytes, now, now)
         return self.get(bucket, meta.key)
