@@ -102,3 +102,36 @@ def test_write_conditions_judge_like_s3() -> None:
     assert not retry.retried(PreviousWrite("inv-1", "e1", 1.0), "e2", "e1")  # overwritten since
     assert not retry.retried(PreviousWrite("inv-1", "e1", 1.0), "e1", "e9")  # another body
     assert not WriteConditions.parse(None, "*").retried(PreviousWrite(None, "e1", 1.0), "e1", "e1")
+
+
+def test_a_release_committing_while_a_retry_claims_is_seen_by_the_retry(engine: Engine) -> None:
+    """A retried conditional write claims the key as the first attempt releases it: the retry
+    must read the result that release left (to repeat its success), not the row before it."""
+    from typing import Any
+
+    from sqlalchemy import event
+
+    first, retry = KeyClaims(engine, "node-a"), KeyClaims(engine, "node-b")
+    assert first.claim_key("b", "k", "first", 30.0) is not None
+    releases: list[threading.Thread] = []
+
+    def in_the_gap(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if releases or not statement.lstrip().upper().startswith("UPDATE KEY_CLAIMS"):
+            return
+        if threading.current_thread().name == "release":
+            return
+        release = threading.Thread(target=first.release_key, args=("b", "k", "first"),
+                                   kwargs={"invocation": "inv-1", "etag": "etag-1"}, name="release")
+        releases.append(release)
+        release.start()
+        release.join(2.0)  # commits now, or waits for the retry's row lock
+
+    event.listen(engine, "before_cursor_execute", in_the_gap)
+    try:
+        previous = retry.claim_key("b", "k", "retry", 30.0)
+    finally:
+        event.remove(engine, "before_cursor_execute", in_the_gap)
+        for release in releases:
+            release.join(30)
+    assert previous is not None, "the released claim was not taken"
+    assert (previous.invocation, previous.etag) == ("inv-1", "etag-1"), "the retry missed the first attempt's result"

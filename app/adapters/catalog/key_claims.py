@@ -41,12 +41,16 @@ class KeyClaims:
             pass  # a row exists: take it only if it is released or its lease ran out
         t = KeyClaim
         with self.engine.begin() as conn:
-            before = conn.execute(select(t.invocation, t.etag, t.done_at)
-                                  .where(t.bucket == bucket, t.key == key)).first()
+            # Take it first, then read what the last write left: read before, a release
+            # committed in between would be missed (SQLite runs a SELECT that precedes every
+            # write outside the transaction), and a retry of that write would be refused.
+            # The update leaves those columns as they are and locks the row until commit.
             moved = conn.execute(update(t).where(t.bucket == bucket, t.key == key, t.lease_until < now)
                                  .values(**mine)).rowcount
-        if moved != 1 or before is None:
-            return None
+            if moved != 1:
+                return None
+            before = conn.execute(select(t.invocation, t.etag, t.done_at)
+                                  .where(t.bucket == bucket, t.key == key)).one()
         return PreviousWrite(before.invocation, before.etag, before.done_at)
 
     def release_key(self, bucket: str, key: str, token: str, *, invocation: str | None = None,
