@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, delete, exists, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
@@ -93,13 +93,18 @@ class RemoteRepo:
     def delete(self, remote_id: int) -> None:
         """Delete a remote; refused while a bucket mapping still points at it."""
         with self.sessions.begin() as s:
-            row = s.get(Remote, remote_id)
+            # Locked, then deleted only if unused, in one statement: checked first and deleted
+            # after, a mapping added in between would go with it (ON DELETE CASCADE), after its
+            # caller was told it was saved. (PostgreSQL: a mapping's insert waits for the lock.)
+            row = s.scalars(select(Remote).where(Remote.id == remote_id).with_for_update()).first()
             if row is None:
                 raise NotFound(f"no remote with id {remote_id}")
+            unused = ~exists().where(BucketMapping.remote_id == remote_id)
+            if s.execute(delete(Remote).where(Remote.id == remote_id, unused)
+                         .execution_options(synchronize_session=False)).rowcount == 1:
+                return
             used = list(s.scalars(select(BucketMapping.bucket).where(BucketMapping.remote_id == remote_id)))
-            if used:
-                raise Conflict(f"remote {row.name!r} is used by bucket mappings: {', '.join(sorted(used))}")
-            s.delete(row)
+            raise Conflict(f"remote {row.name!r} is used by bucket mappings: {', '.join(sorted(used))}")
 
     def routes(self) -> tuple[list[RemoteInfo], list[MappingInfo]]:
         """Every remote and every mapping, read in one transaction (the router's refresh)."""

@@ -79,13 +79,15 @@ class StagingRepo:
 
     def cancel(self, job_id: str) -> JobInfo:
         with self.sessions.begin() as s:
+            # One guarded update: read first, a finish committed in between would be overwritten.
+            moved = s.execute(update(StagingJob).where(StagingJob.id == job_id, StagingJob.state.in_(ACTIVE))
+                              .values(state="cancelled", finished_at=time.time())
+                              .execution_options(synchronize_session=False)).rowcount
             row = s.get(StagingJob, job_id)
             if row is None:
                 raise NotFound(f"no staging job {job_id!r}")
-            if row.state not in ACTIVE:
+            if moved != 1:
                 raise Conflict(f"staging job {job_id} is already {row.state}")
-            row.state, row.finished_at = "cancelled", time.time()
-            s.flush()
             return _info(row)
 
     def abandon_active(self, node_id: str, created_before: float) -> int:
