@@ -139,3 +139,36 @@ def test_an_etag_changed_between_discovery_and_fill_invalidates_and_publishes_no
         await cache.stop()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("janitor_ran", [True, False])
+def test_a_rediscovered_version_counts_its_bytes_once(tmp_path: Path, janitor_ran: bool) -> None:
+    """The same bytes written again (same ETag) leave the old row invalid with its count; the next
+    miss takes that count over only for the blocks still on disk, so a block fetched again is not
+    counted twice (test_mcp once saw 18 cached bytes of a 9-byte object)."""
+    import time
+
+    data = b"hello mcp"
+    _remote, svc, cache, etag = setup(tmp_path, "k", data)
+
+    async def read() -> bytes:
+        got = await svc.gateway.get_object("b", "k")
+        body = b"".join([chunk async for chunk in got.stream])
+        await fills_settled(cache)
+        return body
+
+    async def scenario() -> None:
+        assert await read() == data
+        first = cache.index.get("b", "k")
+        assert first is not None and first.state == CacheState.READY and first.cached_bytes == len(data)
+        cache.index.invalidate("b", "k")  # a write of the same bytes, now durable
+        if janitor_ran:  # the janitor deleted the invalid row's block, not yet its row
+            cache.store.delete(block_name("b", "k", etag, 0, BLOCK))
+        time.sleep(0.01)  # the next discovery begins after the write's tombstone
+        assert await read() == data
+        entry = cache.index.get("b", "k")
+        assert entry is not None and entry.state == CacheState.READY and entry.etag == etag
+        assert entry.cached_bytes == len(data), entry.cached_bytes
+        assert cache.store.has(block_name("b", "k", etag, 0, BLOCK), len(data))
+
+    asyncio.run(scenario())

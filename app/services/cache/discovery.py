@@ -131,7 +131,7 @@ class Discovery(CacheBase):
                 index = 0
             same = old is not None and old.etag == meta.etag and old.block_size == self.block_size
             rec = Recording(meta, bucket, self.block_size, tenant_id, policy.pinned, started,
-                            old.cached_bytes if old is not None and same else 0, lock,
+                            self._carried_bytes(old) if old is not None and same else 0, lock,
                             old if old is not None and not same else None,
                             ranged=not whole and not meta.checksums and meta.size > 0)
             entry = rec.provisional()
@@ -149,6 +149,16 @@ class Discovery(CacheBase):
         finally:
             if not handed_off:
                 self.store.unlock(lock)
+
+    def _carried_bytes(self, old: Entry) -> int:
+        """The bytes of this same version already cached, which the new row takes over. A ready
+        row's count is its blocks; an invalid row's blocks may be gone already (the janitor
+        deletes them, and they share their names with this version's), so count those still
+        there: carried over blindly, a block fetched again was counted twice."""
+        if old.state == CacheState.READY:
+            return old.cached_bytes
+        return sum(old.block_length(i) for i in range(old.blocks)
+                   if self.store.has(self._name(old, i), old.block_length(i)))
 
     async def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
         """One GET of block ``index``: the metadata from its headers, the body for the block.
