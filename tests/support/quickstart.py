@@ -13,10 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app.procs import listening_pids, port_bindable
-from tests.support.seaweed import _PortReservation
+from tests.support.seaweed import _PORT_RANGE, _PortReservation
 
-# Above the SeaweedFS fixtures' range (12000-22768) and below the ephemeral range.
-_RANGE = (23000, 28000)
+# The SeaweedFS fixtures' range, shared through the same flock reservations: every port and its
+# gRPC twin (+10000) stay below the ephemeral range. (23000-28000 put the twins at 33000-38000,
+# where an outgoing connection took one between the check and SeaweedFS's bind: "address already
+# in use", and the quickstart exited.)
+_RANGE = _PORT_RANGE
 
 
 @contextlib.contextmanager
