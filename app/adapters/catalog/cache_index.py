@@ -10,7 +10,6 @@ import contextlib
 import json
 import threading
 import time
-import zlib
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -21,6 +20,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from app.adapters.catalog.hotpath import SqliteLookups
+from app.adapters.catalog.remote_opening import key_lock_id
 from app.adapters.catalog.tables import CacheEntry, ObjectVersion, Tenant
 from app.domain.cache import Entry
 from app.domain.objects import ObjectMeta
@@ -116,8 +116,8 @@ def lock_key_entries(conn: Connection, bucket: str, key: str) -> None:
     when it checks (pysqlite begins a transaction only at the first write: a check run before
     that would read outside it)."""
     if conn.dialect.name == "postgresql":
-        ident = zlib.crc32(f"{bucket}/{key}".encode("utf-8", "surrogatepass")) - 2**31
-        conn.execute(text("SELECT pg_advisory_xact_lock(:space, :id)"), {"space": _CACHE_LOCK_SPACE, "id": ident})
+        conn.execute(text("SELECT pg_advisory_xact_lock(:space, :id)"),
+                     {"space": _CACHE_LOCK_SPACE, "id": key_lock_id(bucket, key)})
 
 
 def invalidate_key(conn: Connection, bucket: str, key: str) -> None:
