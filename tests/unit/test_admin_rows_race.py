@@ -4,50 +4,14 @@ commit into the gap just before the guarded write."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterator
-from typing import Any
-
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 
 from app.adapters.catalog.errors import Conflict
 from app.adapters.catalog.remotes import RemoteRepo
 from app.adapters.catalog.staging import StagingRepo
 from app.domain.staging import Progress
-
-
-@contextlib.contextmanager
-def other_commit_in_the_gap(engine: Engine, statement_head: str, other: Callable[[], Any]) -> Iterator[list[Any]]:
-    """Run ``other`` in a thread just before the first statement starting with ``statement_head``
-    (it commits at once, or waits for the lock the caller holds); yields its outcomes."""
-    threads: list[threading.Thread] = []
-    outcomes: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcomes.append(other())
-        except Exception as exc:
-            outcomes.append(exc)
-
-    def hook(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if threads or threading.current_thread().name == "other":
-            return
-        if statement.lstrip().upper().startswith(statement_head):
-            thread = threading.Thread(target=run, name="other")
-            threads.append(thread)
-            thread.start()
-            thread.join(2.0)
-
-    event.listen(engine, "before_cursor_execute", hook)
-    try:
-        yield outcomes
-    finally:
-        event.remove(engine, "before_cursor_execute", hook)
-        for thread in threads:
-            thread.join(30)
-    assert threads, f"no {statement_head} statement ran"
+from tests.support.commit_gaps import other_commit_in_the_gap
 
 
 def test_a_mapping_saved_while_its_remote_is_deleted_is_never_dropped_silently(engine: Engine) -> None:

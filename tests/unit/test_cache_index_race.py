@@ -11,17 +11,16 @@ just before its insert.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 
 from app.adapters.catalog.cache_index import CacheIndex, invalidate_key
 from app.domain.objects import ObjectMeta
 from app.domain.states import CacheState
+from tests.support.commit_gaps import other_commit_in_the_gap
 
 
 def _meta(body: bytes) -> ObjectMeta:
@@ -33,32 +32,17 @@ def _meta(body: bytes) -> ObjectMeta:
 def test_a_destage_committing_inside_put_ready_never_leaves_the_old_version_current(engine: Engine, window: str) -> None:
     """One commit (as in life: a second would invalidate the row the first let through)."""
     index = CacheIndex(engine, "node-a")
-    commits: list[threading.Thread] = []
 
     def destage_commits() -> None:  # what Journal.mark_durable does to the cache, in its own transaction
         with engine.begin() as conn:
             invalidate_key(conn, "b", "k")
 
-    def in_a_window(_conn: Any, _cursor: Any, statement: str, _params: Any, _context: Any, _many: bool) -> None:
-        head = statement.lstrip().upper()
-        if commits or not head.startswith(f"{window} {'FROM' if window == 'DELETE' else 'INTO'} CACHE_ENTRIES"):
-            return
-        commit = threading.Thread(target=destage_commits, name=window)
-        commits.append(commit)
-        commit.start()
-        commit.join(2.0)  # it either commits now (the window is open) or waits for put_ready's lock
-
     destage_commits()  # the pool holds a connection for the other commit: it is not slowed by a connect
     time.sleep(0.01)
     started = time.time()
-    event.listen(engine, "before_cursor_execute", in_a_window)
-    try:
+    head = f"{window} {'FROM' if window == 'DELETE' else 'INTO'} CACHE_ENTRIES"
+    with other_commit_in_the_gap(engine, head, destage_commits):  # commits now, or waits for put_ready's lock
         index.put_ready(_meta(b"version 6"), "b", 1024, None, False, started, 9)
-    finally:
-        event.remove(engine, "before_cursor_execute", in_a_window)
-        for commit in commits:
-            commit.join(30)
-    assert len(commits) == 1, "put_ready never reached the window"
     entry = index.get("b", "k")
     assert entry is None or entry.state != CacheState.READY, "version 6 is served as current after 7 replaced it"
     # And the tombstone still refuses a later insert of a discovery that began before it.

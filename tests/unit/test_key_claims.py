@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from app.adapters.catalog.key_claims import KeyClaims
 from app.domain.conditions import PreviousWrite, WriteConditions
 from app.domain.errors import S3Error
+from tests.support.commit_gaps import other_commit_in_the_gap
 
 
 def _race(engine: Engine, key: str, callers: int) -> list[str]:
@@ -107,31 +108,10 @@ def test_write_conditions_judge_like_s3() -> None:
 def test_a_release_committing_while_a_retry_claims_is_seen_by_the_retry(engine: Engine) -> None:
     """A retried conditional write claims the key as the first attempt releases it: the retry
     must read the result that release left (to repeat its success), not the row before it."""
-    from typing import Any
-
-    from sqlalchemy import event
-
     first, retry = KeyClaims(engine, "node-a"), KeyClaims(engine, "node-b")
     assert first.claim_key("b", "k", "first", 30.0) is not None
-    releases: list[threading.Thread] = []
-
-    def in_the_gap(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if releases or not statement.lstrip().upper().startswith("UPDATE KEY_CLAIMS"):
-            return
-        if threading.current_thread().name == "release":
-            return
-        release = threading.Thread(target=first.release_key, args=("b", "k", "first"),
-                                   kwargs={"invocation": "inv-1", "etag": "etag-1"}, name="release")
-        releases.append(release)
-        release.start()
-        release.join(2.0)  # commits now, or waits for the retry's row lock
-
-    event.listen(engine, "before_cursor_execute", in_the_gap)
-    try:
+    release = lambda: first.release_key("b", "k", "first", invocation="inv-1", etag="etag-1")  # noqa: E731
+    with other_commit_in_the_gap(engine, "UPDATE KEY_CLAIMS", release):  # commits now, or waits for the row lock
         previous = retry.claim_key("b", "k", "retry", 30.0)
-    finally:
-        event.remove(engine, "before_cursor_execute", in_the_gap)
-        for release in releases:
-            release.join(30)
     assert previous is not None, "the released claim was not taken"
     assert (previous.invocation, previous.etag) == ("inv-1", "etag-1"), "the retry missed the first attempt's result"
