@@ -32,6 +32,7 @@ from app.domain.objects import ObjectMeta
 from app.fleet import auth
 from app.fleet.membership import Membership
 from app.fleet.wire import BLOCK_PATH, META, decode_meta
+from app.services.cache.on_behalf import FILL_TENANT
 
 log = logging.getLogger("ferry.fleet")
 SERVING_PEER: contextvars.ContextVar[bool] = contextvars.ContextVar("ferry_serving_peer", default=False)
@@ -91,7 +92,11 @@ class PeerBlockSource:
 
     def _from_peer(self, peer: LiveNode, bucket: str, key: str, first: int, last: int | None,
                    if_match: str | None) -> tuple[ObjectMeta, BinaryIO]:
-        query = urlencode({"bucket": bucket, "key": key})
+        params = {"bucket": bucket, "key": key}
+        tenant_id = FILL_TENANT.get()
+        if tenant_id is not None:
+            params["tenant"] = str(tenant_id)  # signed with the query: only a node can say whose read it is
+        query = urlencode(params)
         headers = auth.sign(self.secret, "GET", BLOCK_PATH, query)
         headers[auth.NODE] = self.membership.node_id
         headers["Range"] = f"bytes={first}-{'' if last is None else last}"

@@ -1,14 +1,16 @@
 """The internal endpoint: peers read cache blocks here, on its own port (FERRY_FLEET_PORT).
 
 Every request must carry a valid HMAC signature of the fleet's secret (app/fleet/auth.py);
-anything else is 403 before any lookup. ``GET /_ferry/v1/block?bucket=&key=`` with a ``Range``
+anything else is 403 before any lookup. ``GET /_ferry/v1/block?bucket=&key=[&tenant=]`` with a ``Range``
 answers those bytes through this node's read cache: a hit is served from the block file; a
 block this node does not hold is filled from the remote (the cache's per-process and cross-process
 single-flight: one remote fetch however many peers and clients ask) and streamed while it fills.
 Requests served here never go on to another peer (``SERVING_PEER``). The object's metadata comes
 back in one header (app/fleet/wire.py) so the asking node can record the entry without a remote
-request. When this node will not cache the object (second-hit admission, a racing write, a full
-disk, a non-caching policy) it answers 503 and the asking node reads the remote itself.
+request. ``tenant`` names the asking read's tenant: the entry this node records is charged to it
+(the query is signed, so only a node of the fleet can say it). When this node will not cache
+the object (second-hit admission, a racing write, a full disk, a non-caching policy) it answers
+503 and the asking node reads the remote itself.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ class PeerServer:
         """Bytes of one block (the request's Range) from this node's cache, filling it if absent."""
         args = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
         bucket, key, rng = args.get("bucket", ""), args.get("key", ""), headers.get("range", "")
+        tenant = args.get("tenant", "")
+        tenant_id = int(tenant) if tenant.isdigit() and len(tenant) < 19 else None  # the asking read's tenant
         try:
             validate_bucket_name(bucket)
             validate_key(key)
@@ -91,14 +95,15 @@ class PeerServer:
             return
         token = SERVING_PEER.set(True)  # fills started here read the remote, never another peer
         try:
-            await self._serve_block(bucket, key, RangeRequest(rng), headers.get("if-match"), send)
+            await self._serve_block(bucket, key, RangeRequest(rng), headers.get("if-match"), tenant_id, send)
         finally:
             SERVING_PEER.reset(token)
 
-    async def _serve_block(self, bucket: str, key: str, rng: RangeRequest, if_match: str | None, send: Send) -> None:
+    async def _serve_block(self, bucket: str, key: str, rng: RangeRequest, if_match: str | None,
+                           tenant_id: int | None, send: Send) -> None:
         policy = self.policies.for_key(bucket, key)
         try:
-            cached = await self.cache.read(bucket, key, rng.header, rng.resolve, policy, None) if policy.caches \
+            cached = await self.cache.read(bucket, key, rng.header, rng.resolve, policy, tenant_id) if policy.caches \
                 else None
         except S3Error as err:
             await _answer(send, STATUS_OF.get(err.code, 503), err.code.encode())

@@ -95,6 +95,35 @@ def test_an_object_read_on_one_node_is_then_served_by_the_others_without_the_rem
     assert proxy.gets(key) == [], "nodes 2 and 3 must read node 1's object from the fleet, not the remote"
 
 
+def test_entries_a_node_fills_for_a_peer_belong_to_the_tenant_whose_read_caused_them(
+        fleet: Fleet, fleet_bucket: str, fleet_db: str, seaweed: Any) -> None:
+    import sqlalchemy as sa
+
+    key, sha, _ = _put(seaweed, fleet_bucket, 5 * BLOCK + 7)
+    ids = fleet.node_ids()
+    assert {owner(block_key(fleet_bucket, key, i), ids) for i in range(6)} - {ids[1]}, "some block on a peer"
+    assert _sha(fleet.nodes[1].client(), fleet_bucket, key) == sha
+    engine = sa.create_engine(fleet_db)
+    try:
+        def entries() -> dict[str, Any] | None:
+            with engine.connect() as c:
+                rows = c.execute(sa.text("SELECT node_id, tenant_id FROM cache_entries WHERE bucket = :b AND key = :k"
+                                         " AND state = 'ready'"), {"b": fleet_bucket, "k": key}).all()
+                default = c.execute(sa.text("SELECT id FROM tenants WHERE name = 'default'")).scalar()
+            # the reader's node and at least one owner of a block (rows are written as blocks land)
+            return {"rows": dict(rows), "default": default} if len(rows) >= 2 else None
+
+        deadline, seen = time.monotonic() + 10, entries()
+        while seen is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            seen = entries()
+    finally:
+        engine.dispose()
+    assert seen is not None and seen["default"] is not None, seen
+    assert seen["rows"] == {n: seen["default"] for n in seen["rows"]}, \
+        f"every node's entry is the reader's tenant's ({seen['default']}), got {seen['rows']}"
+
+
 def test_the_internal_endpoint_refuses_unsigned_wrongly_signed_and_stale_requests(fleet: Fleet) -> None:
     query = "bucket=b&key=k"
     assert fleet.ping(0) == 200

@@ -16,6 +16,7 @@ from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
 from app.domain.states import CacheState
 from app.services.cache.base import LOCK_POLL, LOCK_POLL_MAX, CacheBase
+from app.services.cache.on_behalf import on_behalf_of
 from app.services.cache.recording import PendingEntry, Recording
 
 
@@ -126,7 +127,8 @@ class Discovery(CacheBase):
                     old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
                 return old  # another process discovered it while we waited
             index = (first_byte // self.block_size) if first_byte is not None else 0
-            meta, body = await self._fetch_first(bucket, key, index, whole)
+            with on_behalf_of(tenant_id):  # a peer that serves the block charges this tenant
+                meta, body = await self._fetch_first(bucket, key, index, whole)
             if meta.size <= index * self.block_size and meta.size:
                 index = 0
             same = old is not None and old.etag == meta.etag and old.block_size == self.block_size

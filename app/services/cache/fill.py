@@ -34,6 +34,7 @@ from app.domain.errors import S3Error
 from app.domain.objects import FileRange, ObjectMeta
 from app.domain.states import CacheState
 from app.services.cache.base import CacheBase
+from app.services.cache.on_behalf import on_behalf_of
 from app.services.cache.recording import PendingEntry, Recording, row_id
 from app.services.ports import BlockFill, RemoteObjects
 
@@ -224,7 +225,8 @@ class Filling(CacheBase):
         fill, entry, rec = job.fill, job.entry, job.rec
         if job.body is None:
             first = job.index * entry.block_size
-            job.body = self.source.open_range(entry.bucket, entry.key, entry.etag, first, first + job.length - 1)
+            with on_behalf_of(entry.tenant_id):  # a peer that serves the block charges this tenant
+                job.body = self.source.open_range(entry.bucket, entry.key, entry.etag, first, first + job.length - 1)
         while True:
             want = min(FETCH_CHUNK, job.length - fill.file.written) or FETCH_CHUNK
             # The first bytes are forwarded as soon as they arrive (time to first byte).
