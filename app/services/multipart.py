@@ -24,7 +24,7 @@ from app.domain.objects import (
 from app.domain.profiles import RemoteProfile
 from app.domain.ranges import WHOLE, RangeRequest
 from app.domain.states import UploadState
-from app.domain.uploads import ClaimLost, CompletedUpload, UploadClaim, UploadNotOpen
+from app.domain.uploads import ClaimLost, CompletedUpload, PartSource, UploadClaim, UploadNotOpen
 from app.domain.versions import BlobRef
 from app.services import part_gather
 from app.services.bodies import (
@@ -100,7 +100,8 @@ class MultipartService(ConditionalWrites):
         part = PartInfo(number, received.staging.size, received.digests.md5_hex(), datetime.now(UTC),
                         received.checksums)
         try:
-            old = await self._run(self.catalog.put_part, upload_id, part, blob)
+            replica = await self._replicate_part(bucket, key, part, blob)
+            old = await self._run(self.catalog.put_part, upload_id, part, blob, replica)
         except UploadNotOpen as exc:
             await self._run(self.blobs.delete, blob)
             raise _not_open(exc.state, upload_id) from None
@@ -113,6 +114,13 @@ class MultipartService(ConditionalWrites):
             await self._run(self.blobs.delete, old)
         self._copy_part_ahead(bucket, key, upload_id, part, blob)
         return PutResult(part.etag, part.checksums)
+
+    async def _replicate_part(self, bucket: str, key: str, part: PartInfo, blob: str) -> PartSource | None:
+        """``write_replicas: 2``: an acknowledged part is held by a second node, like a PUT, so a
+        Complete elsewhere can gather it from there when the node that took it is lost."""
+        replica = await self._replicate(bucket, key, [BlobRef(blob, part.size, part.etag, part.checksums,
+                                                              part.part_number)])
+        return PartSource(replica.node_id, replica.blobs[0].blob) if replica is not None else None
 
     def _copy_part_ahead(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
         """Copy a part to a remote multipart upload now, in the background, so the remote holds

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from sqlalchemy import create_engine, text
 
-from tests.integration.test_fleet_writes import rows, wait_for
+from tests.integration.test_fleet_writes import rows, set_replicas, wait_for, wait_replicating
 from tests.integration.test_multipart_claims import mp_etag
 from tests.support.databases import throwaway_database
 from tests.support.fleet import Fleet
@@ -60,6 +61,18 @@ def sha(data: bytes) -> str:
 def blob_files(data_dir: Path) -> set[str]:
     """The committed blobs of a node's data directory."""
     return {p.name for p in (data_dir / "blobs").glob("*/*") if p.is_file()}
+
+
+def part_replicas(fleet: Fleet, upload_id: str) -> dict[int, tuple[str, str | None]]:
+    """Part number -> (the node that took it, the node holding its replica), from the catalog."""
+    engine = create_engine(fleet.database_url)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT part_number, node_id, replica_node FROM multipart_parts "
+                                      "WHERE upload_id = :u"), {"u": upload_id}).all()
+    finally:
+        engine.dispose()
+    return {r[0]: (r[1], r[2]) for r in found}
 
 
 def spread(fleet: Fleet, bucket: str, key: str, bodies: list[bytes], nodes: list[int]) -> tuple[str, list[dict]]:
@@ -124,3 +137,60 @@ def test_a_part_holder_killed_before_complete_with_one_replica_is_503_and_nothin
                                                              MultipartUpload={"Parts": listed})
     assert done["ETag"] == mp_etag(bodies)  # the node came back with its disk: the retry completes
     assert sha(fleet.nodes[2].client().get_object(Bucket=mbucket, Key=key)["Body"].read()) == sha(b"".join(bodies))
+
+
+def test_a_part_whose_bytes_changed_on_its_holder_is_refused_by_the_completing_node(
+        fleet: Fleet, mbucket: str) -> None:
+    """The completing node checks each gathered part's MD5 and size against its row: a part
+    damaged on its holder's disk is never committed into the object."""
+    key = f"rot-{uuid.uuid4().hex[:8]}.bin"
+    bodies = [os.urandom(5 * MiB), os.urandom(64 * 1024)]
+    upload_id, listed = spread(fleet, mbucket, key, bodies, [0, 2])
+    engine = create_engine(fleet.database_url)
+    try:
+        with engine.connect() as conn:
+            blob = conn.execute(text("SELECT blob FROM multipart_parts WHERE upload_id = :u AND part_number = 2"),
+                                {"u": upload_id}).scalar_one()
+    finally:
+        engine.dispose()
+    path = fleet.nodes[2].data_dir / "blobs" / blob[:2] / blob
+    damaged = bytearray(path.read_bytes())
+    damaged[1000] ^= 0xFF  # same size, one bit pattern changed: only the MD5 tells
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(ClientError) as info:
+        fleet.nodes[0].client().complete_multipart_upload(Bucket=mbucket, Key=key, UploadId=upload_id,
+                                                          MultipartUpload={"Parts": listed})
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+    assert rows(fleet, mbucket, key) == []
+    fleet.nodes[0].client().abort_multipart_upload(Bucket=mbucket, Key=key, UploadId=upload_id)
+    wait_for(lambda: not path.exists(), 30, "node 3 dropping the aborted upload's part")
+
+def test_a_part_holder_killed_before_complete_with_two_replicas_completes_from_the_replica(
+        fleet: Fleet, mbucket: str, seaweed: Any) -> None:
+    prefix = f"rep-{uuid.uuid4().hex[:8]}/"
+    set_replicas(fleet, mbucket, prefix, 2)
+    wait_replicating(fleet, mbucket, prefix, 3)
+    key = f"{prefix}ckpt.bin"
+    bodies = [os.urandom(5 * MiB), os.urandom(5 * MiB + 1), os.urandom(1234)]
+    upload_id, listed = spread(fleet, mbucket, key, bodies, [0, 2, 1])
+    replicas = part_replicas(fleet, upload_id)
+    assert {n: took for n, (took, _) in replicas.items()} == {1: "node-1", 2: "node-3", 3: "node-2"}
+    assert all(copy is not None and copy != took for took, copy in replicas.values())  # acked with a copy
+    # Complete on the survivor that does not hold part 2's copy: it reads part 2 from the copy's node.
+    completer = 0 if replicas[2][1] == "node-2" else 1
+    fleet.kill(2)  # node 3, which took part 2
+    try:
+        done = fleet.nodes[completer].client().complete_multipart_upload(
+            Bucket=mbucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": listed})
+        assert done["ETag"] == mp_etag(bodies)
+        whole = b"".join(bodies)
+        for gw in fleet.nodes[:2]:
+            assert sha(gw.client().get_object(Bucket=mbucket, Key=key)["Body"].read()) == sha(whole)
+        [row] = rows(fleet, mbucket, key)
+        assert row["replicas"] == 1  # the object is acknowledged with its copy too
+        assert fleet.nodes[completer].flush(bucket=mbucket, timeout=120)["durable"]
+        remote = seaweed.client().get_object(Bucket=mbucket, Key=key)
+        assert (remote["ETag"], sha(remote["Body"].read())) == (mp_etag(bodies), sha(whole))
+    finally:
+        fleet.start_node(2)
+        fleet.wait_live(3)
