@@ -41,7 +41,7 @@ from app.services.bodies import (
 )
 from app.services.conditional import ConditionalWrites
 from app.services.destage import UploadSpec, upload
-from app.services.eager_open import remote_upload_for_copy, settled_remote_upload
+from app.services.eager_open import BUFFERED_COMPLETE_WAIT, remote_upload_for_copy, settled_remote_upload
 from app.services.writemode import WriteMode
 
 log = logging.getLogger("ferry.gateway")
@@ -276,9 +276,11 @@ class MultipartService(ConditionalWrites):
         metadata = dict(headers.get("metadata", {}))
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
-        remote_id = await settled_remote_upload(self.catalog, self._run, upload_id)
         checksums = multipart_checksum(info.checksum_algorithm, str(headers.get("checksum_type") or ""), pieces)
         if await mode.journals(bucket, key):
+            # Not waiting on the remote: an eager copy still opening the remote upload after a
+            # moment is struck off (its late id is aborted) and the destage opens one itself.
+            remote_id = await settled_remote_upload(self.catalog, self._run, upload_id, BUFFERED_COMPLETE_WAIT)
             # The parts become the object's blobs: no byte is copied again (here; a replica is a copy).
             replica = await self._replicate(bucket, key, pieces)
             row = await self._run(functools.partial(
@@ -292,6 +294,7 @@ class MultipartService(ConditionalWrites):
                 await self._run(self.blobs.delete, blob)
             await mode.hand_on(row)
             return etag, checksums
+        remote_id = await settled_remote_upload(self.catalog, self._run, upload_id)
         spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, checksums,
                           info.checksum_algorithm, remote_id)
         await self._run(upload, self.remote, self.blobs, spec, self.part_concurrency)
