@@ -48,11 +48,14 @@ def _is_here(source: PartSource, here: str | None) -> bool:
     return source.node_id is None or source.node_id == here
 
 
-async def holders(core: GatewayCore, upload_id: str) -> Gathered:
+async def holders(core: GatewayCore, upload_id: str, known: dict[int, list[PartSource]] | None = None
+                  ) -> Gathered:
     """Where the upload's parts are: the blobs on this disk and those on each other node."""
     here = core.catalog.node_id
     found = Gathered([])
-    for sources in (await core._run(core.catalog.part_sources, upload_id)).values():
+    if known is None:
+        known = await core._run(core.catalog.part_sources, upload_id)
+    for sources in known.values():
         for source in sources:
             if _is_here(source, here):
                 found.here.add(source.blob)
@@ -66,7 +69,7 @@ async def gather(core: GatewayCore, upload_id: str, chosen: list[tuple[PartInfo,
     an internal endpoint (no fleet port) a part held elsewhere cannot be read: InvalidRequest."""
     here = core.catalog.node_id
     sources = await core._run(core.catalog.part_sources, upload_id)
-    found = await holders(core, upload_id)
+    found = await holders(core, upload_id, sources)
     limit = asyncio.Semaphore(PULLS_AT_ONCE)
 
     async def local_blob(part: PartInfo, blob: str) -> str:
