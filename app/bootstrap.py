@@ -349,5 +349,6 @@ def build(settings: Settings) -> Container:
                      chore_parts=chore_parts, chores=chores,
                      fleet=fleet and FleetParts(fleet[0], fleet[1], PeerServer(
                          cache, policies, settings.fleet_secret or "", settings.node_id,
-                         skew=settings.fleet_clock_skew_seconds, writes=gateway), settings.fleet_host or settings.host,
+                         skew=settings.fleet_clock_skew_seconds, writes=gateway, parts=gateway),
+                         settings.fleet_host or settings.host,
                          settings.fleet_port))

@@ -43,3 +43,12 @@ class UploadClaim:
     upload_id: str
     token: str
     result: CompletedUpload
+
+
+@dataclass(frozen=True, slots=True)
+class PartSource:
+    """A node holding a copy of an uploaded part, and the part's blob id on that node's disk
+    (the node that took the UploadPart, then its replica's node with ``write_replicas: 2``)."""
+
+    node_id: str | None  # None: recorded before node ids (this node's own disk)
+    blob: str

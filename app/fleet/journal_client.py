@@ -23,10 +23,12 @@ import anyio.to_thread
 import urllib3
 
 from app.domain.errors import S3Error
+from app.domain.uploads import PartSource
 from app.domain.versions import BlobRef, Replica, VersionRow
 from app.fleet import auth
 from app.fleet.journal_server import JOURNAL_PATH, REPLICA_PATH, UNSIGNED
 from app.fleet.membership import Membership
+from app.fleet.part_server import MAX_DROP, PART_PATH
 
 log = logging.getLogger("ferry.fleet")
 CHUNK = 1024 * 1024
@@ -100,6 +102,43 @@ class PeerJournal:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self.membership.suspect(row.node_id)
             raise S3Error("ServiceUnavailable", f"Node {row.node_id} cannot be reached: {exc}") from exc
+
+    # ---- parts of an upload completed here -------------------------------------------------------
+    async def open_part(self, upload_id: str, number: int, source: PartSource) -> HeldBody:
+        node = source.node_id or ""
+        address = self.membership.address_of(node)
+        if address is None:
+            raise S3Error("ServiceUnavailable", f"Part {number} of this upload is held by node {node!r}, which is "
+                          "not live; retry once it is back.")
+        query = f"upload={upload_id}&part={number}&blob={source.blob}"
+        resp = await anyio.to_thread.run_sync(self._request, "GET", address, node, PART_PATH, query)
+        if resp.status == 200:
+            return HeldBody(resp, self, node)
+        resp.drain_conn()
+        resp.release_conn()
+        raise S3Error("ServiceUnavailable", f"Node {node!r} could not serve part {number} (HTTP {resp.status}).")
+
+    async def drop_parts(self, node_id: str, blobs: list[str]) -> None:
+        address = self.membership.address_of(node_id)
+        for i in range(0, len(blobs) if address else 0, MAX_DROP):
+            query = "blobs=" + ",".join(blobs[i:i + MAX_DROP])
+            try:
+                resp = await anyio.to_thread.run_sync(self._request, "DELETE", address, node_id, PART_PATH, query)
+                resp.drain_conn()
+                resp.release_conn()
+            except S3Error as exc:  # its blobs stay until a restart or an operator drops them
+                log.warning("fleet: node %s did not drop %d part blobs: %s", node_id, len(blobs), exc)
+                return
+
+    def _request(self, method: str, address: str, node_id: str, path: str, query: str) -> Any:
+        headers = auth.sign(self.secret, method, path, query)
+        headers[auth.NODE] = self.node_id
+        try:
+            return self.http.request(method, f"http://{address}{path}?{query}", headers=headers,
+                                     preload_content=False, redirect=False, timeout=self.replica_timeout)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self.membership.suspect(node_id)
+            raise S3Error("ServiceUnavailable", f"Node {node_id!r} cannot be reached: {exc}") from exc
 
     # ---- replicas ------------------------------------------------------------------------------
     async def replicate(self, pieces: list[BlobRef], path: Callable[[str], Path]) -> Replica:

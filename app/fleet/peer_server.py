@@ -28,6 +28,7 @@ from app.domain.names import validate_bucket_name, validate_key
 from app.domain.ranges import RangeRequest
 from app.fleet import auth
 from app.fleet.journal_server import JOURNAL_PATH, REPLICA_PATH, UNSIGNED, HeldWrites, accept_replica, serve_held
+from app.fleet.part_server import PART_PATH, HeldParts, drop_parts, serve_part
 from app.fleet.peer_client import SERVING_PEER
 from app.fleet.wire import BLOCK_PATH, META, PING_PATH, encode_meta
 from app.services.cache import ReadCache
@@ -43,9 +44,10 @@ STATUS_OF = {"NoSuchKey": 404, "NoSuchBucket": 404, "PreconditionFailed": 412, "
 
 class PeerServer:
     def __init__(self, cache: ReadCache, policies: PolicyBook, secret: str, node_id: str, *,
-                 skew: float = 30.0, writes: HeldWrites | None = None) -> None:
+                 skew: float = 30.0, writes: HeldWrites | None = None, parts: HeldParts | None = None) -> None:
         self.cache = cache
         self.writes = writes  # buffered writes: peer reads and replicas (app/fleet/journal_server.py)
+        self.parts = parts  # uploaded parts: a Complete on another node gathers them (part_server.py)
         self.policies = policies
         self.secret = secret
         self.node_id = node_id
@@ -75,6 +77,8 @@ class PeerServer:
             await self.block(query, headers, send)
         elif scope["method"] == "GET" and path == JOURNAL_PATH and self.writes is not None:
             await serve_held(self.writes, query, headers, send)
+        elif path == PART_PATH and self.parts is not None and scope["method"] in ("GET", "DELETE"):
+            await (serve_part if scope["method"] == "GET" else drop_parts)(self.parts, query, send)
         else:
             await _answer(send, 404, b"no such internal path\n")
 

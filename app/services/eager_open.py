@@ -24,6 +24,9 @@ log = logging.getLogger("ferry.gateway")
 
 OPEN_LEASE_SECONDS = 30.0  # how long an opener may take to create and record the remote upload
 WAIT_POLL_SECONDS = 0.05
+# How long a buffered Complete waits for an opener's CreateMultipartUpload before going on
+# without its id (issue 26: a hung remote held the Complete 19 s; a slow one answers in less).
+BUFFERED_COMPLETE_WAIT = 1.0
 
 
 def remote_upload_for_copy(catalog: UploadsPort, remote: RemotePort, upload_id: str, bucket: str, key: str,
@@ -70,13 +73,19 @@ def _create(catalog: UploadsPort, remote: RemotePort, upload_id: str, bucket: st
     return None
 
 
-async def settled_remote_upload(catalog: UploadsPort, run: Any, upload_id: str) -> str | None:
+async def settled_remote_upload(catalog: UploadsPort, run: Any, upload_id: str,
+                                wait: float | None = None) -> str | None:
     """For a Complete holding its claim (no new opener can start): the remote upload id once no
-    opener is live, so the destage reuses the only remote upload opened for this upload."""
+    opener is live, so the destage reuses the only remote upload opened for this upload. With
+    ``wait`` (a buffered Complete, which must not wait on the remote), an opener still at it
+    after that many seconds is struck off: its late id is aborted, the destage opens its own."""
+    deadline = None if wait is None else time.monotonic() + wait
     while True:
         settled, remote_id = await run(catalog.settled_remote_upload, upload_id)
         if settled:
             return remote_id
+        if deadline is not None and time.monotonic() >= deadline:
+            return await run(catalog.take_remote_upload, upload_id)  # type: ignore[no-any-return]
         await asyncio.sleep(WAIT_POLL_SECONDS)
 
 

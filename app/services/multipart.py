@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,8 +24,9 @@ from app.domain.objects import (
 from app.domain.profiles import RemoteProfile
 from app.domain.ranges import WHOLE, RangeRequest
 from app.domain.states import UploadState
-from app.domain.uploads import ClaimLost, CompletedUpload, UploadClaim, UploadNotOpen
+from app.domain.uploads import ClaimLost, CompletedUpload, PartSource, UploadClaim, UploadNotOpen
 from app.domain.versions import BlobRef
+from app.services import part_gather
 from app.services.bodies import (
     CLAIM_POLL_SECONDS,
     MAX_PART_NUMBER,
@@ -40,7 +41,7 @@ from app.services.bodies import (
 )
 from app.services.conditional import ConditionalWrites
 from app.services.destage import UploadSpec, upload
-from app.services.eager_open import remote_upload_for_copy, settled_remote_upload
+from app.services.eager_open import BUFFERED_COMPLETE_WAIT, remote_upload_for_copy, settled_remote_upload
 from app.services.writemode import WriteMode
 
 log = logging.getLogger("ferry.gateway")
@@ -99,7 +100,8 @@ class MultipartService(ConditionalWrites):
         part = PartInfo(number, received.staging.size, received.digests.md5_hex(), datetime.now(UTC),
                         received.checksums)
         try:
-            old = await self._run(self.catalog.put_part, upload_id, part, blob)
+            replica = await self._replicate_part(bucket, key, part, blob)
+            old = await self._run(self.catalog.put_part, upload_id, part, blob, replica)
         except UploadNotOpen as exc:
             await self._run(self.blobs.delete, blob)
             raise _not_open(exc.state, upload_id) from None
@@ -112,6 +114,13 @@ class MultipartService(ConditionalWrites):
             await self._run(self.blobs.delete, old)
         self._copy_part_ahead(bucket, key, upload_id, part, blob)
         return PutResult(part.etag, part.checksums)
+
+    async def _replicate_part(self, bucket: str, key: str, part: PartInfo, blob: str) -> PartSource | None:
+        """``write_replicas: 2``: an acknowledged part is held by a second node, like a PUT, so a
+        Complete elsewhere can gather it from there when the node that took it is lost."""
+        replica = await self._replicate(bucket, key, [BlobRef(blob, part.size, part.etag, part.checksums,
+                                                              part.part_number)])
+        return PartSource(replica.node_id, replica.blobs[0].blob) if replica is not None else None
 
     def _copy_part_ahead(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
         """Copy a part to a remote multipart upload now, in the background, so the remote holds
@@ -181,12 +190,14 @@ class MultipartService(ConditionalWrites):
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload(bucket, key, upload_id)
         await settled_remote_upload(self.catalog, self._run, upload_id)  # its opener's id, to abort here
+        held = await part_gather.holders(self, upload_id)
         try:
             blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id)
         except UploadNotOpen as exc:  # a Complete claimed it meanwhile
             raise _not_open(exc.state, upload_id) from None
-        for blob in blobs:
+        for blob in blobs:  # an id of another node's disk is not found here: harmless
             await self._run(self.blobs.delete, blob)
+        part_gather.drop_elsewhere(self, held)  # parts other nodes took
         if remote_id is not None:
             await self._run(self.remote.abort_multipart, bucket, key, remote_id)
 
@@ -239,12 +250,25 @@ class MultipartService(ConditionalWrites):
                                 requested: list[tuple[int, str, dict[str, str]]],
                                 found: tuple[UploadInfo, dict[str, Any]], token: str, mode: WriteMode
                                 ) -> tuple[str, dict[str, str]]:
-        """Validate the part list against the parts as they are now, then commit the object
-        (write-back: its journal row; write-through: the remote upload) under the claim."""
+        """Validate the part list against the parts as they are now, gather those held by other
+        nodes onto this disk, then commit the object (write-back: its journal row; write-through:
+        the remote upload) under the claim."""
         info, headers = found
         stored = {p.part_number: (p, blob) for p, blob in await self._run(self.catalog.parts, upload_id)}
         chosen = _choose_parts(key, requested, stored, self.remote.profile(bucket))
-        await self._check_parts_here(upload_id, chosen)
+        gathered = await part_gather.gather(self, upload_id, chosen)
+        try:
+            done = await self._commit_gathered(bucket, key, upload_id, info, headers, gathered, token, mode)
+        except BaseException:
+            await part_gather.drop_pulled(self, gathered)
+            raise
+        part_gather.drop_elsewhere(self, gathered)
+        return done
+
+    async def _commit_gathered(self, bucket: str, key: str, upload_id: str, info: UploadInfo,
+                               headers: dict[str, Any], gathered: part_gather.Gathered, token: str,
+                               mode: WriteMode) -> tuple[str, dict[str, str]]:
+        chosen = gathered.parts
         etag = multipart_etag([p.etag for p, _ in chosen])
         claim = UploadClaim(upload_id, token, CompletedUpload(bucket, key, etag,
                                                               [(p.part_number, p.etag) for p, _ in chosen]))
@@ -252,9 +276,11 @@ class MultipartService(ConditionalWrites):
         metadata = dict(headers.get("metadata", {}))
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
-        remote_id = await settled_remote_upload(self.catalog, self._run, upload_id)
         checksums = multipart_checksum(info.checksum_algorithm, str(headers.get("checksum_type") or ""), pieces)
         if await mode.journals(bucket, key):
+            # Not waiting on the remote: an eager copy still opening the remote upload after a
+            # moment is struck off (its late id is aborted) and the destage opens one itself.
+            remote_id = await settled_remote_upload(self.catalog, self._run, upload_id, BUFFERED_COMPLETE_WAIT)
             # The parts become the object's blobs: no byte is copied again (here; a replica is a copy).
             replica = await self._replicate(bucket, key, pieces)
             row = await self._run(functools.partial(
@@ -263,31 +289,30 @@ class MultipartService(ConditionalWrites):
                 checksums=checksums,
                 checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=claim,
                 remote_upload_id=remote_id, invalidate_cache=True, replica=replica))
-            unused = {b for _, b in stored.values()} - {p.blob for p in pieces}
-            for blob in unused:
+            part_gather.settle_pulled(self, gathered)
+            for blob in gathered.here - {p.blob for p in pieces}:
                 await self._run(self.blobs.delete, blob)
             await mode.hand_on(row)
             return etag, checksums
+        remote_id = await settled_remote_upload(self.catalog, self._run, upload_id)
         spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, checksums,
                           info.checksum_algorithm, remote_id)
         await self._run(upload, self.remote, self.blobs, spec, self.part_concurrency)
-        for blob in await self._run(self.catalog.finish_upload, claim):
+        await self._run(self.catalog.finish_upload, claim)
+        for blob in gathered.here | set(gathered.pulled):
             await self._run(self.blobs.delete, blob)
+        gathered.pulled.clear()
         await self._written(bucket, key)
         return etag, checksums
 
-    async def _check_parts_here(self, upload_id: str, chosen: list[tuple[PartInfo, str]]) -> None:
-        """Parts live in the data directory of the node that received them; until nodes fetch
-        each other's parts, a Complete elsewhere is refused (it could only commit a row whose
-        blobs this disk does not hold)."""
-        nodes = await self._run(self.catalog.part_nodes, upload_id)
-        here = self.catalog.node_id
-        for part, _ in chosen:
-            owner = nodes.get(part.part_number)
-            if owner is not None and here is not None and owner != here:
-                raise S3Error("InvalidRequest", f"Part {part.part_number} of this upload is held by node "
-                              f"{owner!r}; send CompleteMultipartUpload to that node")
+    async def open_held_part(self, upload_id: str, number: int, blob: str
+                             ) -> tuple[int, AsyncIterator[bytes]] | None:
+        """The internal endpoint: a part this node holds, for a Complete on another node."""
+        return await part_gather.open_held_part(self, upload_id, number, blob)
 
+    async def drop_held_parts(self, blobs: list[str]) -> int:
+        """The internal endpoint: part blobs of an upload another node completed or aborted."""
+        return await part_gather.drop_held_parts(self, blobs)
 
 
 def _not_open(state: str | None, upload_id: str) -> S3Error:

@@ -216,3 +216,41 @@ def test_serve_stale_answers_at_once_while_the_remote_hangs(hung_remote: Seaweed
             assert time.monotonic() < deadline, "the entry was never revalidated after the remote came back"
             assert client.get_object(Bucket=bucket, Key="stale/obj")["Body"].read() == body
             time.sleep(0.5)
+
+
+def test_a_buffered_complete_does_not_wait_for_the_remote_while_it_hangs(hung_remote: SeaweedServer,
+                                                                         tmp_path: Path) -> None:
+    """Issue 26: the first part copied ahead opens the remote multipart upload in the background;
+    with the remote hung that CreateMultipartUpload hangs, and a write-back Complete waited for it
+    (19 s, until the opener's call failed). The Complete commits the journal row without a remote
+    upload id instead; the opener's late id is refused and aborted, and the destage opens its own
+    once the remote is back, with the same part boundaries (the multipart ETag)."""
+    bucket = hung_remote.create_bucket("hung-complete")
+    with GatewayProcess(hung_remote, tmp_path / "gw", env={"FERRY_DEFAULT_MODE": "write-back"}) as gw:
+        client = gw.client(read_timeout=120, connect_timeout=5, retries={"total_max_attempts": 1})
+        client.head_bucket(Bucket=bucket)
+        upload_id = client.create_multipart_upload(Bucket=bucket, Key="ckpt")["UploadId"]
+        parts = [b"a" * (5 * 1024 * 1024), b"tail"]
+        hung_remote.pause()
+        try:
+            listed = [{"PartNumber": n, "ETag": client.upload_part(Bucket=bucket, Key="ckpt", UploadId=upload_id,
+                                                                   PartNumber=n, Body=body)["ETag"]}
+                      for n, body in enumerate(parts, 1)]
+            time.sleep(0.5)  # the eager copy of part 1 is opening the remote upload by now, and hangs
+            started = time.monotonic()
+            done = client.complete_multipart_upload(Bucket=bucket, Key="ckpt", UploadId=upload_id,
+                                                    MultipartUpload={"Parts": listed})
+            elapsed = time.monotonic() - started
+            print(f"buffered Complete answered in {elapsed:.2f} s while the remote hangs")
+            assert elapsed < 3.0, f"the Complete waited {elapsed:.1f} s for the hung remote"
+        finally:
+            hung_remote.resume()
+        md5s = b"".join(hashlib.md5(p).digest() for p in parts)
+        assert done["ETag"] == f'"{hashlib.md5(md5s).hexdigest()}-2"'
+        assert gw.flush(bucket, timeout=120)["durable"]
+        remote = hung_remote.client().get_object(Bucket=bucket, Key="ckpt")
+        assert remote["ETag"] == done["ETag"] and remote["Body"].read() == b"".join(parts)
+        deadline = time.monotonic() + 60  # the opener's remote upload, refused its record, is aborted
+        while hung_remote.client().list_multipart_uploads(Bucket=bucket).get("Uploads"):
+            assert time.monotonic() < deadline, "a remote multipart upload was left open"
+            time.sleep(1)

@@ -259,6 +259,8 @@ class Journal(DestageMoves):
                                            .where(ObjectVersion.state.in_(DIRTY_VALUES))):
                 found |= {b[0] for b in json.loads(blobs_json)} & wanted
             found |= set(s.scalars(select(MultipartPart.blob).where(MultipartPart.blob.in_(wanted))))
+            found |= set(s.scalars(select(MultipartPart.replica_blob).where(  # copies of parts of other nodes
+                MultipartPart.replica_blob.in_(wanted), MultipartPart.replica_node == self.node_id)))
             for (blobs_json,) in s.execute(select(JournalReplica.blobs_json)
                                            .where(JournalReplica.node_id == self.node_id)):
                 found |= {b[0] for b in json.loads(blobs_json)} & wanted  # copies held for other nodes

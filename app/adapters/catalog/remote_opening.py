@@ -7,8 +7,11 @@ both send CreateMultipartUpload, and then record one and abort the other; a Comp
 Creates of one key 2 ms apart, then their Aborts, at the remote at once). Now an opener first
 takes ``remote_opener`` on the upload's row (one statement that exactly one caller wins), creates
 the remote upload, and records it with the same token. Other copies wait for the recorded id; a
-Complete waits until no opener is live before it reads the id (``settled_remote_upload``), so
-the id it hands to the destage is the only remote upload ever opened for the local upload.
+write-through Complete waits until no opener is live before it reads the id
+(``settled_remote_upload``), so the id it hands to the remote is the only remote upload ever
+opened for the local upload. A buffered Complete does not wait on the remote (issue 26: 19 s
+behind a hung CreateMultipartUpload): ``take_remote_upload`` strikes a live opener off and
+reads the id; the opener's late record then fails and it aborts what it created.
 
 An opening is also a write of the key, like a destage's (app/services/destage.py): it starts
 only while no destage of the key holds a lease (or its takeover grace), and ``Journal.claim``
@@ -110,3 +113,13 @@ class RemoteOpenings:
         if row is None:
             return True, None
         return row.remote_opener is None, (str(row.remote_upload_id) if row.remote_upload_id else None)
+
+    def take_remote_upload(self, upload_id: str) -> str | None:
+        """For a buffered Complete holding its claim (no new opener can start): the recorded
+        remote upload id, striking off a live opener at once instead of waiting for its
+        CreateMultipartUpload; the destage opens its own remote upload when there is none."""
+        u = MultipartUpload
+        with self.engine.begin() as conn:
+            conn.execute(update(u).where(u.upload_id == upload_id, u.remote_opener.is_not(None)).values(**_NO_OPENER))
+            found = conn.execute(select(u.remote_upload_id).where(u.upload_id == upload_id)).scalar()
+        return str(found) if found else None

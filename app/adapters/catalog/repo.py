@@ -20,7 +20,7 @@ from app.adapters.catalog.remote_opening import RemoteOpenings
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant
 from app.domain.objects import PartInfo, UploadInfo
 from app.domain.states import UPLOAD_ALLOWED, IllegalTransition, UploadState, check_move
-from app.domain.uploads import ClaimLost, CompletedUpload, UploadClaim, UploadNotOpen
+from app.domain.uploads import ClaimLost, CompletedUpload, PartSource, UploadClaim, UploadNotOpen
 
 SECRET_CACHE_SECONDS = 5.0
 
@@ -154,8 +154,9 @@ class Catalog(KeyClaims, RemoteOpenings):
             return s.scalar(select(MultipartUpload.remote_upload_id).where(
                 MultipartUpload.upload_id == upload_id, MultipartUpload.state != UploadState.COMPLETED.value))
 
-    def put_part(self, upload_id: str, part: PartInfo, blob: str) -> str | None:
+    def put_part(self, upload_id: str, part: PartInfo, blob: str, replica: PartSource | None = None) -> str | None:
         """Record a part (replacing an earlier upload of the same number); returns the old blob.
+        ``replica``: the other node holding a copy of it (``write_replicas: 2``).
 
         The no-op update locks the upload row, so a part commits either before a Complete's
         claim (which then sees it) or not at all (UploadNotOpen)."""
@@ -168,7 +169,9 @@ class Catalog(KeyClaims, RemoteOpenings):
                 s.flush()
             s.add(MultipartPart(upload_id=upload_id, part_number=part.part_number, size=part.size,
                                 etag=part.etag, blob=blob, checksums_json=json.dumps(part.checksums),
-                                last_modified=part.last_modified, node_id=self.node_id))
+                                last_modified=part.last_modified, node_id=self.node_id,
+                                replica_node=replica.node_id if replica else None,
+                                replica_blob=replica.blob if replica else None))
             return old_blob
 
     @staticmethod
@@ -188,12 +191,25 @@ class Catalog(KeyClaims, RemoteOpenings):
         with self.sessions() as s:
             return s.scalar(select(MultipartUpload.state).where(MultipartUpload.upload_id == upload_id))
 
-    def part_nodes(self, upload_id: str) -> dict[int, str | None]:
-        """The node whose data directory holds each part (None: recorded before node ids)."""
+    def part_sources(self, upload_id: str) -> dict[int, list[PartSource]]:
+        """The nodes holding each part, the one that took it first, then its replica's."""
+        p = MultipartPart
         with self.sessions() as s:
-            rows = s.execute(select(MultipartPart.part_number, MultipartPart.node_id)
-                             .where(MultipartPart.upload_id == upload_id))
-            return {number: node for number, node in rows}
+            rows = s.execute(select(p.part_number, p.node_id, p.blob, p.replica_node, p.replica_blob)
+                             .where(p.upload_id == upload_id))
+            return {r.part_number: [PartSource(r.node_id, r.blob)]
+                    + ([PartSource(r.replica_node, r.replica_blob)] if r.replica_node and r.replica_blob else [])
+                    for r in rows}
+
+    def holds_part(self, upload_id: str, number: int, blob: str) -> bool:
+        """Whether this node holds ``blob`` as part ``number`` of the upload (or its replica):
+        what a peer may read from here while it completes the upload."""
+        p = MultipartPart
+        mine = ((p.node_id == self.node_id) & (p.blob == blob)) | (
+            (p.replica_node == self.node_id) & (p.replica_blob == blob))
+        with self.sessions() as s:
+            return s.scalar(select(p.part_number).where(p.upload_id == upload_id, p.part_number == number,
+                                                        mine)) is not None
 
     def parts(self, upload_id: str, after: int = 0, limit: int | None = None
               ) -> list[tuple[PartInfo, str]]:

@@ -105,6 +105,9 @@ class MultipartPart(Base):
     checksums_json: Mapped[str] = mapped_column(Text, default="{}")
     last_modified: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     node_id: Mapped[str | None] = mapped_column(String(128), nullable=True)  # whose disk holds the blob
+    # write_replicas 2: the other node holding a copy of the part, and its blob id there
+    replica_node: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    replica_blob: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class ObjectVersion(Base):
