@@ -27,9 +27,6 @@ def check_settings(settings: Settings) -> Iterator[Finding]:
     if settings.remote_endpoint and not (settings.remote_access_key and settings.remote_secret_key):
         yield Finding("warn", "settings", "FERRY_REMOTE_ACCESS_KEY/FERRY_REMOTE_SECRET_KEY not set: "
                       "the AWS default credential chain is used for the remote")
-    if not settings.access_key:
-        yield Finding("warn", "settings", "FERRY_ACCESS_KEY is not set: no bootstrap S3 key "
-                      "(create one with `ferry keys create`)")
 
 
 def check_admin_token(settings: Settings) -> Iterator[Finding]:
