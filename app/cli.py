@@ -118,6 +118,7 @@ def serve(
             os.environ[f"FERRY_{name.upper()}"] = str(value)
     if config is not None:
         os.environ["FERRY_CONFIG"] = str(config)
+    os.environ.setdefault("FERRY_CACHE_BYTES", str(settings.cache_bytes))  # a computed default: one for all
     _own_data_dir(settings.data_dir)  # before anything in it is touched
     _prepare_metrics_dir(settings.data_dir)
     if migrate:

@@ -146,7 +146,8 @@ class Settings(BaseSettings):
     http_max_headers: int = Field(256, ge=0, description="0 = unbounded.")
     # Durable and superseded journal rows older than this are deleted by the sweeper.
     journal_retention_seconds: float = Field(7 * 24 * 3600.0, ge=0)
-    cache_bytes: int = Field(256 * 1024**3, ge=0, description="Budget of the data directory: cached + dirty bytes.")
+    # Default (unset): a share of the data dir's filesystem, computed at load (app/domain/cache_budget.py).
+    cache_bytes: int = Field(0, ge=0, description="Budget of the data directory: cached + dirty bytes.")
     cache_block_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=1024**3)
     cache_fetch_concurrency: int = Field(16, ge=1, le=256)
     cache_revalidate: Literal["immutable", "ttl", "always"] = "ttl"
@@ -231,6 +232,19 @@ class Settings(BaseSettings):
             raise ValueError("FERRY_TLS_CERT and FERRY_TLS_KEY must be set together")
         if (self.access_key is None) != (self.secret_key is None):
             raise ValueError("FERRY_ACCESS_KEY and FERRY_SECRET_KEY must be set together")
+        return self
+
+    @model_validator(mode="after")
+    def _default_cache_budget(self) -> Settings:
+        """Unset FERRY_CACHE_BYTES: a share of what the data dir's filesystem can give (no budget
+        larger than the disk); ``ferry serve`` exports it, so its workers agree on one number."""
+        if "cache_bytes" not in self.model_fields_set:
+            from app.disk_room import measure
+            from app.domain.cache_budget import default_cache_bytes
+
+            room = measure(self.data_dir)
+            self.cache_bytes = default_cache_bytes(room.total, room.free, room.held, self.disk_reserve_bytes,
+                                                   self.disk_reserve_ratio)
         return self
 
     @model_validator(mode="after")

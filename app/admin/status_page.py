@@ -66,9 +66,9 @@ PAGE = """<!doctype html>
       <div class="card"><div class="label">S3 requests</div>
         <div class="value" id="requests-total" data-value="0">-</div>
         <div class="sub"><span id="request-rate" data-value="0">-</span> req/s</div></div>
-      <div class="card"><div class="label">Cache hit ratio (last minute)</div>
+      <div class="card"><div class="label">Cache hit ratio (reads in the last 60 s)</div>
         <div class="value" id="hit-ratio" data-value="">-</div>
-        <div class="sub">since start <span id="hit-ratio-total" data-value="">-</span>,
+        <div class="sub">since the gateway started: <span id="hit-ratio-total" data-value="">-</span>,
           <span id="cache-reads" data-value="0">0</span> reads</div></div>
       <div class="card"><div class="label">Dirty bytes (not yet on the remote)</div>
         <div class="value" id="dirty-bytes" data-value="0">-</div>
@@ -220,7 +220,7 @@ PAGE = """<!doctype html>
     let base = ring[0];               // the oldest sample of the last minute
     for (const sample of ring) { if (d.time - sample.time <= 60) { base = sample; break; } }
     const recent = base !== d ? intervalRatio(base.cache.outcomes, o) : null;
-    put("hit-ratio", recent === null ? "" : recent.toFixed(4), recent === null ? "no reads" : pct(recent));
+    put("hit-ratio", recent === null ? "" : recent.toFixed(4), recent === null ? "no reads in 60 s" : pct(recent));
     put("dirty-bytes", w.dirty_bytes, bytes(w.dirty_bytes));
     put("buffer-bytes", w.buffer_bytes, bytes(w.buffer_bytes));
     put("destage-lag", w.lag_seconds, secs(w.lag_seconds));

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.admin_client import AdminClient, AdminError
+from app.cli_admin.token_hint import missing_token_hint
 from app.domain import units
 
 UrlOpt = Annotated[str, typer.Option("--url", "--endpoint", envvar=["FERRY_URL", "FERRY_ENDPOINT"],
@@ -43,7 +44,8 @@ class Admin(AdminClient):
         try:
             return super().call(method, path, params=params, body=body, timeout=timeout)
         except AdminError as exc:
-            fail(str(exc), 2 if exc.status in (0, 401, 403) else 1)
+            hint = f"; {missing_token_hint()}" if exc.status == 401 and "Authorization" not in self.client.headers else ""
+            fail(f"{exc}{hint}", 2 if exc.status in (0, 401, 403) else 1)
 
 
 def parse_target(spec: str) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.adapters.datadir import LOCK_NAME
 from app.config import Settings
+from app.disk_room import held_bytes
 from app.doctor import Finding
 
 # Filesystems where an fsync'd write does not survive a power loss or a reboot.
@@ -27,9 +28,6 @@ def check_settings(settings: Settings) -> Iterator[Finding]:
     if settings.remote_endpoint and not (settings.remote_access_key and settings.remote_secret_key):
         yield Finding("warn", "settings", "FERRY_REMOTE_ACCESS_KEY/FERRY_REMOTE_SECRET_KEY not set: "
                       "the AWS default credential chain is used for the remote")
-    if not settings.access_key:
-        yield Finding("warn", "settings", "FERRY_ACCESS_KEY is not set: no bootstrap S3 key "
-                      "(create one with `ferry keys create`)")
 
 
 def check_admin_token(settings: Settings) -> Iterator[Finding]:
@@ -105,9 +103,10 @@ def _space(path: Path, settings: Settings) -> Iterator[Finding]:
     usage = shutil.disk_usage(path)
     need = max(settings.disk_reserve_bytes, int(usage.total * settings.disk_reserve_ratio))
     text = f"{_size(usage.free)} free of {_size(usage.total)}; reserve {_size(need)}"
+    held = held_bytes(settings.data_dir)  # what the node holds already counts as its room
     if usage.free <= need:
         yield Finding("fail", "free space", text + ": writes get SlowDown")
-    elif settings.cache_bytes > usage.free - need:
+    elif settings.cache_bytes > usage.free + held - need:
         yield Finding("warn", "free space", text + f"; FERRY_CACHE_BYTES={_size(settings.cache_bytes)} "
                       "exceeds what the disk can hold (the reserve bounds it)")
     else:

@@ -42,7 +42,7 @@ def _why(exc: BaseException) -> str:
 
 
 def check_catalog(settings: Settings, timeout: float) -> Iterator[Finding]:
-    """Reachable, and at the migration level this code needs (head)."""
+    """Reachable, at the migration level this code needs (head), and holding an S3 key."""
     from alembic.script import ScriptDirectory
 
     from app.adapters.catalog.migrate import alembic_config, current_heads
@@ -60,11 +60,39 @@ def check_catalog(settings: Settings, timeout: float) -> Iterator[Finding]:
     yield Finding("ok", "catalog", f"{_redact(url)} reachable")
     head = set(ScriptDirectory.from_config(alembic_config(url)).get_heads())
     if current == head:
-        yield Finding("ok", "migrations", f"at {', '.join(sorted(head))} (head)")
+        yield Finding("ok", "catalog schema", f"up to date (migration {', '.join(sorted(head))})")
     else:
-        at = ", ".join(sorted(current)) or "no revision (empty catalog)"
-        yield Finding("fail", "migrations", f"at {at}, this code needs {', '.join(sorted(head))}: "
+        at = ", ".join(sorted(current)) or "no migration (empty catalog)"
+        yield Finding("fail", "catalog schema", f"out of date: at {at}, this code needs {', '.join(sorted(head))}: "
                       "run `ferry db upgrade` (or start `ferry serve`, which migrates)")
+        return
+    yield from check_s3_keys(settings, timeout)
+
+
+def check_s3_keys(settings: Settings, timeout: float) -> Iterator[Finding]:
+    """Whether a client can sign requests: FERRY_ACCESS_KEY, or a key the catalog already holds
+    (the quickstart's, or one made with ``ferry keys create``): the shell running the doctor
+    need not carry the gateway's own variables."""
+    if settings.access_key:
+        yield Finding("ok", "s3 keys", f"bootstrap key {settings.access_key} (FERRY_ACCESS_KEY)")
+        return
+    from app.adapters.catalog.engine import make_engine
+    from app.adapters.catalog.tenants import TenantRepo
+
+    engine = make_engine(settings.effective_database_url, pool_size=1)
+    try:
+        keys = bounded(TenantRepo(engine).list_keys, timeout)
+    except Exception as exc:
+        yield Finding("warn", "s3 keys", f"cannot list the catalog's keys: {_why(exc)}")
+        return
+    finally:
+        engine.dispose()
+    enabled = [k for k in keys if not k.disabled]
+    if enabled:
+        yield Finding("ok", "s3 keys", f"{len(enabled)} enabled key(s) in the catalog")
+    else:
+        yield Finding("warn", "s3 keys", "no S3 key: no client can sign a request (set FERRY_ACCESS_KEY/"
+                      "FERRY_SECRET_KEY, or create one with `ferry keys create`)")
 
 
 def check_broker(settings: Settings, timeout: float) -> Iterator[Finding]:

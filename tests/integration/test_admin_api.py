@@ -15,6 +15,7 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
+from app.bootstrap import BOOTSTRAP_TENANT
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess, free_port
 from tests.support.seaweed import SeaweedServer
 
@@ -413,6 +414,27 @@ def test_staging_job_warms_a_prefix(api: httpx.Client, seaweed: SeaweedServer) -
     assert api.post(f"/admin/staging/{job_id}/cancel").status_code == 409
     assert api.get("/admin/staging/doesnotexist").status_code == 404
     assert api.post("/admin/staging/doesnotexist/cancel").status_code == 404
+
+
+def test_staged_data_belongs_to_the_bucket_owner_when_an_admin_stages(api: httpx.Client,
+                                                                      seaweed: SeaweedServer) -> None:
+    """Issue 31: an admin's `ferry stage` cached entries of no tenant: `ferry status` listed the
+    bucket's tenant with 0 B beside a total of 190 MiB, and a "tenant -" row after a restart."""
+    bucket = seaweed.create_bucket(uid("stage-owner"))
+    for i in range(3):
+        seaweed.client().put_object(Bucket=bucket, Key=f"d/{i}", Body=bytes([i]) * 8192)
+    # made on the remote, so unowned: the bootstrap tenant's (test_tenancy.py)
+    owner = {"tenant_id": next(t["id"] for t in api.get("/admin/tenants").json() if t["name"] == BOOTSTRAP_TENANT)}
+    r = api.post("/admin/staging", json={"bucket": bucket, "prefix": "d/"})
+    assert r.status_code == 201, r.text
+    job = eventually(lambda: (j := api.get(f"/admin/staging/{r.json()['id']}").json())["state"]
+                     not in ("queued", "running") and j, timeout=60)
+    assert job["state"] == "done", job
+    assert job["tenant_id"] is not None and job["tenant_id"] == owner["tenant_id"], (job, owner)
+    usage = api.get("/admin/cache/usage").json()
+    assert [t for t in usage["tenants"] if t["tenant_id"] is None] == [], usage["tenants"]
+    mine = [t for t in usage["tenants"] if t["tenant_id"] == owner["tenant_id"]]
+    assert mine and mine[0]["bytes"] >= 3 * 8192, usage["tenants"]
 
 
 def test_staging_cancel_and_bad_bucket(api: httpx.Client, seaweed: SeaweedServer) -> None:

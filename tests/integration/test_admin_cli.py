@@ -25,14 +25,14 @@ def gw(seaweed: SeaweedServer, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield g
 
 
-def ferry(gw: GatewayProcess, *args: str, token: str | None = ADMIN_TOKEN, timeout: float = 120
-          ) -> subprocess.CompletedProcess[str]:
+def ferry(gw: GatewayProcess, *args: str, token: str | None = ADMIN_TOKEN, timeout: float = 120,
+          cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FERRY_")}
     env.update(FERRY_URL=gw.endpoint, COLUMNS="200")
     if token:
         env["FERRY_ADMIN_TOKEN"] = token
     return subprocess.run([FERRY, *args], capture_output=True, text=True, env=env, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, cwd=cwd)
 
 
 def ok_json(out: subprocess.CompletedProcess[str]) -> Any:
@@ -75,6 +75,21 @@ def test_errors_are_reported(gw: GatewayProcess) -> None:
     assert out.returncode == 2 and "cannot reach" in out.stderr
     out = ferry(gw, "policies", "set", "s3://some-bucket/", "--mode", "turbo")
     assert out.returncode == 1 and "mode" in out.stderr
+
+
+def test_401_without_a_token_names_the_variable_and_the_quickstart_env_file(gw: GatewayProcess,
+                                                                           tmp_path: Path) -> None:
+    """Issue 31: `ferry status` in a shell without ferry.env said only "401: missing bearer token"."""
+    out = ferry(gw, "status", token=None, cwd=tmp_path)
+    said = " ".join(out.stderr.split())  # rich wraps long lines
+    assert out.returncode == 2 and "401" in said, said
+    assert "FERRY_ADMIN_TOKEN is not set" in said and "ferry.env" in said, said
+    env_file = tmp_path / "var" / "quickstart" / "ferry.env"  # what a quickstart run from here wrote
+    env_file.parent.mkdir(parents=True)
+    env_file.write_text("export FERRY_ADMIN_TOKEN=x\n")
+    out = ferry(gw, "status", token=None, cwd=tmp_path)
+    assert out.returncode == 2 and f"source it: . {env_file}" in " ".join(out.stderr.split()), out.stderr
+    assert "FERRY_ADMIN_TOKEN" not in ferry(gw, "status", token="wrong").stderr  # a wrong token is another story
 
 
 def test_policies(gw: GatewayProcess) -> None:

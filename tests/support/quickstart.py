@@ -46,23 +46,24 @@ def quickstart_ports() -> Iterator[tuple[int, int]]:
     raise RuntimeError("no free ports for a quickstart")
 
 
-def read_until_serving(proc: subprocess.Popen[str], timeout: float) -> str:
+def read_until_serving(proc: subprocess.Popen[str], timeout: float, lines: list[str] | None = None) -> str:
     """The quickstart's output up to its banner's last line ("Stop: ..."); fails if it exits first.
-    A thread keeps reading afterwards, so the quickstart never blocks on a full pipe."""
+    A thread keeps reading afterwards (into ``lines``, when given: what it prints when stopping),
+    so the quickstart never blocks on a full pipe."""
     assert proc.stdout is not None
-    lines: list[str] = []
+    seen: list[str] = [] if lines is None else lines
     stdout = proc.stdout
-    threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True).start()
+    threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")), daemon=True).start()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = "".join(lines)
+        out = "".join(seen)
         if "Stop: Ctrl-C" in out:
             return out
         if proc.poll() is not None:
             time.sleep(0.5)
-            raise AssertionError(f"quickstart exited {proc.returncode} before serving:\n{''.join(lines)}")
+            raise AssertionError(f"quickstart exited {proc.returncode} before serving:\n{''.join(seen)}")
         time.sleep(0.2)
-    raise AssertionError(f"quickstart not serving within {timeout:.0f}s:\n{''.join(lines)}")
+    raise AssertionError(f"quickstart not serving within {timeout:.0f}s:\n{''.join(seen)}")
 
 
 def env_file_from(banner: str) -> Path:
