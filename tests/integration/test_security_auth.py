@@ -268,6 +268,26 @@ def test_presigned_put_enforces_its_pinned_payload_hash(gw: GatewayProcess, buck
     TRIED.remove(key)  # stored on purpose, with the agreed body
 
 
+@pytest.mark.parametrize("value", ["text/html\r\nX-Evil: 1", "text/html\nX-Evil: 1", "a\x00b"])
+def test_control_characters_in_response_overrides_are_invalid_argument(gw: GatewayProcess, bucket: str,
+                                                                       tally: Tally, value: str) -> None:
+    """Issue 25: a signed ``response-content-type=text/html%0D%0AX-Evil:%201`` broke the connection
+    (the server refused the header); S3 answers 400 InvalidArgument, in XML, and sets no header."""
+    gw.client().put_object(Bucket=bucket, Key="override-target", Body=b"x")
+    for method, operation in (("GET", "get_object"), ("HEAD", "head_object")):
+        url = gw.client().generate_presigned_url(
+            operation, Params={"Bucket": bucket, "Key": "override-target", "ResponseContentType": value})
+        resp = requests.request(method, url, timeout=30)
+        assert "X-Evil" not in resp.headers
+        if method == "GET":
+            check(tally, f"control character in response-content-type ({value!r})", resp.status_code,
+                  resp.content, (400, "InvalidArgument"))
+        else:
+            assert resp.status_code == 400
+    fine = gw.client().get_object(Bucket=bucket, Key="override-target", ResponseContentType="text/plain; a=b")
+    assert fine["ContentType"] == "text/plain; a=b"
+
+
 def test_no_trace_left(gw: GatewayProcess, admin: httpx.Client, bucket: str, seaweed: Any, tally: Tally) -> None:
     """After a flush: none of the refused keys exists anywhere, and no staging file remains."""
     assert TRIED, "run with the module's other tests"
