@@ -200,6 +200,16 @@ def test_expired_presigned_url_is_refused() -> None:
     assert info.value.code == "AccessDenied" and info.value.message == "Request has expired"
 
 
+def test_presigned_url_valid_for_more_than_a_week_is_refused() -> None:
+    """SigV2 signs no start time, so Expires alone bounds the URL: at most SigV4's week from now
+    (issue 25: year 33658 was accepted)."""
+    assert verifier().verify(presign("get_object", {"Bucket": "b", "Key": "k"}, expires=7 * 86400)).presigned
+    for expires in (8 * 86400, 999999999999 - int(time.time())):
+        with pytest.raises(S3Error) as info:
+            verifier().verify(presign("get_object", {"Bucket": "b", "Key": "k"}, expires=expires))
+        assert (info.value.code, info.value.status) == ("AuthorizationQueryParametersError", 400)
+
+
 def test_presigned_url_missing_a_parameter_is_refused() -> None:
     req = presign("get_object", {"Bucket": "b", "Key": "k"})
     kept = b"&".join(p for p in req.query_string.split(b"&") if not p.startswith(b"Expires="))
