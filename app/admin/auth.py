@@ -7,7 +7,8 @@ routed to the S3 data plane even on an /admin path.
 
 A ``read``/``write`` token may be bound to one tenant (``"tenant"`` at creation): it reaches only
 the endpoints that take a bucket, and only that tenant's buckets (their owners, policies, staging
-jobs, journal, flush and evict); every other endpoint and every other bucket answers 403.
+jobs, journal, flush and evict); every other endpoint and every other bucket answers 403, except
+a policy or staging job named by id: another tenant's answers 404, exactly as an absent one.
 """
 
 from __future__ import annotations
@@ -100,6 +101,13 @@ class Authenticator:
                                 "name one of its buckets")
         if not await self.owns(principal, bucket):
             raise HTTPException(403, f"bucket {bucket!r} is not tenant {principal.tenant!r}'s")
+
+    async def check_found(self, principal: Principal, bucket: str, not_found: str) -> None:
+        """404 ``not_found`` unless the principal may act on ``bucket``: for a record looked up by
+        id (a policy, a staging job), another tenant's answers as an absent one does, so a bound
+        token cannot learn which ids exist."""
+        if principal.tenant_id is not None and (bucket == "*" or not await self.owns(principal, bucket)):
+            raise HTTPException(404, not_found)
 
     async def visible(self, principal: Principal, buckets: list[str]) -> set[str]:
         """The buckets among ``buckets`` the principal may see (one catalog read)."""

@@ -92,7 +92,7 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         rule = await run(book.get, policy_id)
         if rule is None:
             raise HTTPException(404, f"no policy with id {policy_id}")
-        await auth.check_bucket(principal, rule.bucket)
+        await auth.check_found(principal, rule.bucket, f"no policy with id {policy_id}")
         return rule
 
     @api.get("", response_model=list[PolicyOut])

@@ -106,8 +106,8 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         return [job_out(j, now) for j in jobs if j.bucket in mine]
 
     async def job_of(job_id: str, principal: Principal) -> JobInfo:
-        job = await run(repo.get, job_id)
-        await auth.check_bucket(principal, job.bucket)
+        job = await run(repo.get, job_id)  # NotFound: 404 "no staging job 'id'"
+        await auth.check_found(principal, job.bucket, f"no staging job {job_id!r}")
         return job
 
     @api.get("/{job_id}", response_model=JobOut)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
@@ -25,8 +24,9 @@ from app.s3.handlers.common import parse_copy_source
 from app.s3.request import BodyRate, ClientDisconnected, S3Request, parse_query, split_target
 from app.s3.response import Response
 from app.s3.router import Route, resolve
-from app.s3.sigv2 import SigV2Verifier, access_key_v2, is_sigv2
+from app.s3.sigv2 import SigV2Verifier
 from app.s3.sigv4 import RequestParts, SigV4Verifier
+from app.s3.sigv4.credential import read_credential
 from app.services.budget import CURRENT_TENANT
 from app.services.gateway import Gateway
 
@@ -41,8 +41,6 @@ ZEROCOPY = "http.response.zerocopysend"  # ASGI Zero Copy Send, offered by app/s
 ZEROCOPY_MIN_BYTES = 64 * 1024  # below this the body iterator's single inline read wins
 EAGER_OPEN = 16  # segments (block files) opened before the answer starts; later ones as they come
 
-_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
-_QUERY_CREDENTIAL = re.compile(rb"(?:^|&)X-Amz-Credential=([^&%]+)(?:%2F|/)", re.IGNORECASE)
 
 
 def _headers(raw: list[tuple[bytes, bytes]]) -> tuple[dict[str, str], dict[bytes, list[bytes]]]:
@@ -61,15 +59,6 @@ def _headers(raw: list[tuple[bytes, bytes]]) -> tuple[dict[str, str], dict[bytes
         else:
             values.append(value_b)
     return out, by_name
-
-
-def access_key_of(headers: dict[str, str], query_string: bytes) -> str | None:
-    auth = headers.get("authorization", "")
-    match = _CREDENTIAL.search(auth)
-    if match:
-        return match.group(1)
-    qmatch = _QUERY_CREDENTIAL.search(query_string)
-    return qmatch.group(1).decode("latin-1") if qmatch else None
 
 
 class AccessKeys(Protocol):
@@ -169,21 +158,20 @@ class S3App:
                          header_lists=by_name)
 
     async def _authenticate(self, req: S3Request, scope: Scope) -> None:
-        query_string = scope.get("query_string", b"")
-        parts = RequestParts(req.method, req.raw_path, query_string, scope["headers"], req.header_lists)
-        v2 = is_sigv2(parts)
-        access_key = access_key_v2(parts) if v2 else access_key_of(req.headers, query_string)
-        if access_key is None:
-            # No credential found: the verifier names what was sent (a malformed SigV2 header, a
-            # malformed SigV4 query, or nothing at all).
-            if v2:
-                self.verifier_v2.verify(parts, self._virtual_prefix(req))
-            self.verifier.verify(parts)
+        """One reading of the credential names the key: its tenant and its secret come from one
+        lookup, and that secret checks the signature (identity is parsed once: DESIGN.md)."""
+        parts = RequestParts(req.method, req.raw_path, scope.get("query_string", b""), scope["headers"],
+                             req.header_lists)
+        credential = read_credential(parts)
+        if credential is None:
             raise S3Error("AccessDenied", "Anonymous access is not allowed.")
-        known = self.catalog.cached_key(access_key)
-        _secret, tenant = known if known is not None else await anyio.to_thread.run_sync(
-            self.catalog.lookup_key, access_key)
-        req.auth = self.verifier_v2.verify(parts, self._virtual_prefix(req)) if v2 else self.verifier.verify(parts)
+        known = self.catalog.cached_key(credential.access_key)
+        secret, tenant = known if known is not None else await anyio.to_thread.run_sync(
+            self.catalog.lookup_key, credential.access_key)
+        if credential.sigv2:
+            req.auth = self.verifier_v2.verify_credential(parts, credential, secret, self._virtual_prefix(req))
+        else:
+            req.auth = self.verifier.verify_credential(parts, credential, secret)
         req.tenant_id = tenant
         CURRENT_TENANT.set(tenant)  # the write budget's per-tenant share (this request's context)
 

@@ -123,18 +123,21 @@ class RequestBody:
         self.request = request
         self.trailers: dict[str, str] = {}
         headers = request.headers
+        auth = request.auth
         sha = headers.get("x-amz-content-sha256")
         self.decoder: AwsChunkedDecoder | None = None
         if is_streaming(sha):
             signing = None
-            auth = request.auth
             if sha and sha.startswith("STREAMING-AWS4-HMAC-SHA256") and auth is not None:
                 signing = ChunkSigningContext(auth.signing_key, auth.amz_date, auth.scope, auth.signature)
             self.decoder = AwsChunkedDecoder(sha or "", signing)
         self.declared_raw = _int_header(headers.get("content-length"))
         decoded = headers.get("x-amz-decoded-content-length")
         self.declared_size = _int_header(decoded) if self.decoder else self.declared_raw
-        self.payload_sha256 = sha if sha and len(sha) == 64 else None
+        # A presigned URL may pin the payload hash in its query (X-Amz-Content-Sha256): the signed
+        # value, which the header may lack or contradict, is the one the body must hash to.
+        pinned = auth.content_sha256 if auth is not None and auth.presigned else None
+        self.payload_sha256 = next((h for h in (pinned, sha) if h and len(h) == 64), None)
         self._waited = 0.0  # seconds spent waiting for the client in the current rate window
         self._window_bytes = 0
         self._payload_handed_over = False

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from functools import lru_cache
 
 from app.domain.crc_combine import type_of
+from app.domain.errors import S3Error
 from app.domain.objects import FileSegment, ObjectMeta
 
 XML_TYPE = "application/xml"
+RESPONSE_OVERRIDES = {
+    "response-content-type": "Content-Type",
+    "response-content-language": "Content-Language",
+    "response-expires": "Expires",
+    "response-cache-control": "Cache-Control",
+    "response-content-disposition": "Content-Disposition",
+    "response-content-encoding": "Content-Encoding",
+}
+# What no header value may hold (RFC 9110 field-value: no controls but HTAB): a CR/LF would
+# split the answer, and the HTTP server refuses to send it (the connection died mid-answer).
+_NOT_IN_A_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 @dataclass
@@ -26,6 +39,29 @@ class Response:
     @classmethod
     def xml(cls, body: bytes, status: int = 200) -> Response:
         return cls(status, [("Content-Type", XML_TYPE)], body)
+
+
+def response_overrides(query: Mapping[str, str]) -> dict[str, str]:
+    """The headers a GET/HEAD's ``response-*`` parameters set, checked before anything is read:
+    a value no header can carry is S3's ``400 InvalidArgument``, not a broken connection."""
+    overrides: dict[str, str] = {}
+    for name, header in RESPONSE_OVERRIDES.items():
+        value = query.get(name)
+        if value is None:
+            continue
+        if _NOT_IN_A_HEADER.search(value):
+            raise S3Error("InvalidArgument", f"{name} must not contain control characters (CR, LF, ...)",
+                          ArgumentName=name, ArgumentValue=value[:256].encode("unicode_escape").decode("ascii"))
+        overrides[header] = value
+    return overrides
+
+
+def with_overrides(overrides: dict[str, str], headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` with the ``response_overrides`` replacing the object's own."""
+    if not overrides:
+        return headers
+    lowered = {k.lower() for k in overrides}
+    return [(k, v) for k, v in headers if k.lower() not in lowered] + list(overrides.items())
 
 
 def http_date(meta: ObjectMeta) -> str:

@@ -23,12 +23,11 @@ from hashlib import sha1
 from urllib.parse import unquote, unquote_to_bytes
 
 from app.domain.errors import S3Error
-from app.s3.sigv4 import UNSIGNED_PAYLOAD, AuthResult, RequestParts, SecretLookup
+from app.s3.sigv4 import MAX_PRESIGNED_EXPIRES, UNSIGNED_PAYLOAD, AuthResult, RequestParts, SecretLookup
+from app.s3.sigv4.credential import HEADER_V2, QUERY_V2, Credential, read_credential
 
-__all__ = ["HEADER_SCHEME", "SigV2Verifier", "is_sigv2"]
+__all__ = ["SigV2Verifier"]
 
-HEADER_SCHEME = "AWS"
-QUERY_PARAMS = ("AWSAccessKeyId", "Signature", "Expires")
 # The sub-resources S3 folds into the canonical resource (botocore's HmacV1Auth list).
 SUB_RESOURCES = frozenset({
     "accelerate", "acl", "cors", "defaultObjectAcl", "location", "logging", "partNumber", "policy",
@@ -41,23 +40,6 @@ SUB_RESOURCES = frozenset({
 _STANDARD = ("content-md5", "content-type")
 
 
-def is_sigv2(req: RequestParts) -> bool:
-    """Whether ``req`` carries SigV2 credentials (an ``AWS`` Authorization or ``AWSAccessKeyId``)."""
-    for name, value in req.headers:
-        if name == b"authorization":
-            return value.lstrip().startswith(b"AWS ")
-    return b"AWSAccessKeyId=" in req.query_string
-
-
-def access_key_v2(req: RequestParts) -> str | None:
-    """The access key a SigV2 request names, before any check (for the tenant lookup)."""
-    for name, value in req.headers:
-        if name == b"authorization":
-            scheme, _, rest = value.decode("latin-1").strip().partition(" ")
-            return rest.rpartition(":")[0] or None if scheme == HEADER_SCHEME else None
-    return _query(req.query_string).get("AWSAccessKeyId")
-
-
 class SigV2Verifier:
     """Verifies SigV2 header and query authentication against the same secret lookup as SigV4."""
 
@@ -68,24 +50,28 @@ class SigV2Verifier:
         self._clock = clock
 
     def verify(self, req: RequestParts, bucket_prefix: str = "") -> AuthResult:
-        """Authenticate ``req``; ``bucket_prefix`` is ``/bucket`` for a virtual-hosted request."""
+        """Authenticate ``req``; ``bucket_prefix`` is ``/bucket`` for a virtual-hosted request
+        (reads the credential and looks its secret up; the S3 edge calls ``verify_credential``)."""
+        credential = read_credential(req)
+        if credential is None or not credential.sigv2:
+            raise S3Error("AccessDenied", "Request is not signed with Signature Version 2")
+        return self.verify_credential(req, credential, self._lookup(credential.access_key), bucket_prefix)
+
+    def verify_credential(self, req: RequestParts, credential: Credential, secret: str | None,
+                          bucket_prefix: str = "") -> AuthResult:
+        """Check the SigV2 ``credential`` (read once by ``read_credential``) with ``secret``."""
+        if not credential.sigv2:
+            raise S3Error("InvalidRequest", "Not a Signature Version 2 credential")
         headers = _header_map(req)
         _refuse_signed_streaming(headers)
-        auth = headers.get("authorization")
-        if auth is not None:
-            return self._verify_header(req, headers, auth, bucket_prefix)
-        return self._verify_query(req, headers, bucket_prefix)
+        if credential.form == HEADER_V2:
+            date_lines = self._header_date_lines(headers)
+            return self._check(req, headers, {}, credential, secret, date_lines, bucket_prefix)
+        raw_expires = credential.fields["Expires"]
+        self._check_expires(raw_expires)
+        return self._check(req, headers, _query(req.query_string), credential, secret, [raw_expires], bucket_prefix)
 
-    def _verify_header(self, req: RequestParts, headers: dict[str, list[str]], auth: list[str],
-                       bucket_prefix: str) -> AuthResult:
-        if len(auth) != 1:
-            raise S3Error("InvalidArgument", "Authorization header is invalid -- one and only one ' ' "
-                          "(space) required", ArgumentName="Authorization")
-        _scheme, _, credential = auth[0].strip().partition(" ")
-        access_key, colon, signature = credential.rpartition(":")
-        if not colon or not access_key or not signature:
-            raise S3Error("InvalidArgument", "AWS authorization header is invalid.  Expected "
-                          "AwsAccessKeyId:signature", ArgumentName="Authorization")
+    def _header_date_lines(self, headers: dict[str, list[str]]) -> list[str]:
         amz_date = headers.get("x-amz-date")
         date = headers.get("date")
         stamp = (amz_date or date or [""])[0]
@@ -100,26 +86,23 @@ class SigV2Verifier:
         date_lines = [""] if amz_date is not None else []
         if date is not None:
             date_lines.append(date[0].strip())
-        return self._check(req, headers, {}, access_key, signature, date_lines, bucket_prefix, presigned=False)
+        return date_lines
 
-    def _verify_query(self, req: RequestParts, headers: dict[str, list[str]], bucket_prefix: str) -> AuthResult:
-        params = _query(req.query_string)
-        if any(name not in params for name in QUERY_PARAMS):
-            raise S3Error("AccessDenied", "Query-string authentication requires the Signature, Expires and "
-                          "AWSAccessKeyId parameters")
-        raw_expires = params["Expires"]
+    def _check_expires(self, raw_expires: str) -> None:
         if not raw_expires.isascii() or not raw_expires.isdigit() or len(raw_expires) > 12:
             raise S3Error("AccessDenied", "Invalid date (should be seconds since epoch): " + raw_expires[:64])
         now = self._clock()
         if now > int(raw_expires):
             raise S3Error("AccessDenied", "Request has expired", Expires=_http_now(int(raw_expires)),
                           ServerTime=_http_now(now))
-        return self._check(req, headers, params, params["AWSAccessKeyId"], params["Signature"], [raw_expires],
-                           bucket_prefix, presigned=True)
+        if int(raw_expires) - now > MAX_PRESIGNED_EXPIRES + self._max_skew:
+            # SigV2 signs no start time, so its URL could live for ever; SigV4's week caps it.
+            raise S3Error("AuthorizationQueryParametersError", "Expires must be at most a week (604800 "
+                          "seconds) from now for Signature Version 2 presigned URLs", Expires=raw_expires)
 
-    def _check(self, req: RequestParts, headers: dict[str, list[str]], params: dict[str, str], access_key: str,
-               signature: str, date_lines: list[str], bucket_prefix: str, *, presigned: bool) -> AuthResult:
-        secret = self._lookup(access_key)
+    def _check(self, req: RequestParts, headers: dict[str, list[str]], params: dict[str, str],
+               credential: Credential, secret: str | None, date_lines: list[str], bucket_prefix: str) -> AuthResult:
+        access_key, signature = credential.access_key, credential.signature
         if secret is None:
             raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)
         amz = _amz_headers(headers, params)
@@ -130,7 +113,8 @@ class SigV2Verifier:
             expected = base64.b64encode(hmac.digest(secret.encode("utf-8"), sts.encode("utf-8"), sha1))
             if hmac.compare_digest(expected, signature.encode("utf-8", "replace")):
                 return AuthResult(access_key=access_key, region="", amz_date="", scope="", signature=signature,
-                                  signing_key=b"", content_sha256=UNSIGNED_PAYLOAD, presigned=presigned)
+                                  signing_key=b"", content_sha256=UNSIGNED_PAYLOAD,
+                                  presigned=credential.form == QUERY_V2)
         raw = sts.encode("utf-8")
         raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=sts,
                       SignatureProvided=signature, StringToSignBytes=" ".join(f"{b:02x}" for b in raw))

@@ -77,14 +77,9 @@ def test_a_bound_token_reaches_only_its_tenants_buckets(gw: GatewayProcess, worl
             "owners of B": tok.get("/admin/buckets", params={"tenant": world["b"].tenant_name}),
             "policy on B": tok.post("/admin/policies", json={"bucket": bucket_b, "prefix": "", "mode": "bypass"}),
             "policy on *": tok.post("/admin/policies", json={"bucket": "*", "prefix": "", "mode": "bypass"}),
-            "B's rule": tok.get(f"/admin/policies/{rule_b}"),
-            "replace B's rule": tok.put(f"/admin/policies/{rule_b}", json={"mode": "bypass"}),
-            "delete B's rule": tok.delete(f"/admin/policies/{rule_b}"),
             "effective on B": tok.get("/admin/policies/effective", params={"bucket": bucket_b}),
             "stage B": tok.post("/admin/staging", json={"bucket": bucket_b}),
             "stage for B": tok.post("/admin/staging", json={"bucket": bucket_a, "tenant": world["b"].tenant_name}),
-            "B's job": tok.get(f"/admin/staging/{job_b}"),
-            "cancel B's job": tok.post(f"/admin/staging/{job_b}/cancel"),
             "evict B": tok.post("/admin/cache/evict", json={"bucket": bucket_b}),
             "B's cache": tok.get("/admin/cache/object", params={"bucket": bucket_b, "key": "k"}),
             "flush B": tok.post("/admin/flush", params={"bucket": bucket_b}),
@@ -107,12 +102,30 @@ def test_a_bound_token_reaches_only_its_tenants_buckets(gw: GatewayProcess, worl
         wrong = {what: r.status_code for what, r in refused.items()
                  if not (r.status_code == 403 or (what == "owners of B" and r.json() == []))}
         assert not wrong, wrong
+        hidden = _answers_by_id(tok, rule_b, job_b)
+        absent = _answers_by_id(tok, 2**62, "absent0000000000")
+        # records named by id: B's answers exactly as an absent one (issue 25: 403 told they exist)
+        for what, (status, detail) in hidden.items():
+            assert status == 404 and detail == absent[what][1].replace(str(2**62), str(rule_b)).replace(
+                "absent0000000000", job_b), (what, status, detail, absent[what])
 
     with admin(gw) as api:  # B's things are as they were
         assert api.get(f"/admin/policies/{rule_b}").json()["ttl_seconds"] == 7
         assert api.get(f"/admin/buckets/{bucket_b}").json()["tenant"] == world["b"].tenant_name
         assert api.get(f"/admin/staging/{job_b}").json()["bucket"] == bucket_b
     assert world["b"].get_object(Bucket=bucket_b, Key="k")["Body"].read() == b"B's data"
+
+
+def _answers_by_id(tok: httpx.Client, rule: int, job: str) -> dict[str, tuple[int, str]]:
+    """(status, detail) of every endpoint that names a policy or a staging job by its id."""
+    calls = {
+        "rule": tok.get(f"/admin/policies/{rule}"),
+        "replace rule": tok.put(f"/admin/policies/{rule}", json={"mode": "bypass"}),
+        "delete rule": tok.delete(f"/admin/policies/{rule}"),
+        "job": tok.get(f"/admin/staging/{job}"),
+        "cancel job": tok.post(f"/admin/staging/{job}/cancel"),
+    }
+    return {what: (r.status_code, r.json().get("detail", "")) for what, r in calls.items()}
 
 
 def test_a_bound_read_token_cannot_write(gw: GatewayProcess, world: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from tests.integration.test_s3_auth_payloads import _streaming_put, send, signed_headers, signed_request
-from tests.support.gateway import ADMIN_TOKEN, SECRET_KEY, GatewayProcess
+from tests.support.gateway import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, GatewayProcess
 from tests.support.reliability import Tally
 
 pytestmark = pytest.mark.reliability
@@ -205,6 +205,89 @@ def test_another_tenants_key_on_a_bucket_it_does_not_own(gw: GatewayProcess, adm
     assert bucket not in buckets
 
 
+def _presigned_with(gw: GatewayProcess, access_key: str, secret: str, method: str, path: str, query: str,
+                    payload: str | None = None) -> str:
+    """A presigned URL for ``path?query`` (``query`` is part of what it signs); ``payload``, when
+    given, is pinned as ``X-Amz-Content-Sha256`` in the query and signed as the payload hash."""
+    from botocore.auth import S3SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    class Signer(S3SigV4QueryAuth):
+        def payload(self, request: Any) -> str:
+            return payload or super().payload(request)
+
+    if payload is not None:
+        query = "&".join(filter(None, [query, f"X-Amz-Content-Sha256={payload}"]))
+    request = AWSRequest(method=method, url=f"{gw.endpoint}{path}" + (f"?{query}" if query else ""))
+    Signer(Credentials(access_key, secret), "s3", "us-east-1", expires=300).add_auth(request)
+    return request.url
+
+
+def test_a_tenant_cannot_sign_as_another_tenant(gw: GatewayProcess, admin: httpx.Client, tally: Tally) -> None:
+    """Issue 25: a tenant presigns with its own secret and adds a first parameter naming the victim's
+    key (``x-amz-credential=<victim>/x``, signed): the gateway once read the tenant from that one and
+    the secret from the real X-Amz-Credential, and answered with the victim's objects and buckets."""
+    victim_ak, victim_sk = new_tenant(admin)
+    attacker_ak, attacker_sk = new_tenant(admin)
+    victims = f"victim-{uuid.uuid4().hex[:8]}"
+    gw.client(victim_ak, victim_sk).create_bucket(Bucket=victims)
+    gw.client(victim_ak, victim_sk).put_object(Bucket=victims, Key="secret.txt", Body=b"the victim's data")
+    key, _ = target(victims, "impersonated-put")
+    inject = f"x-amz-credential={victim_ak}%2Fx"
+    attempts = {
+        "GET the victim's object": ("GET", f"/{victims}/secret.txt", inject),
+        "PUT into the victim's bucket": ("PUT", f"/{victims}/{key}", inject),
+        "LIST the victim's bucket": ("GET", f"/{victims}", f"{inject}&list-type=2"),
+        "ListBuckets as the victim": ("GET", "/", inject),
+        "the bootstrap key's unowned bucket": ("GET", "/", f"X-AMZ-CREDENTIAL={ACCESS_KEY}%2Fx"),
+    }
+    for case, (method, path, query) in attempts.items():
+        url = _presigned_with(gw, attacker_ak, attacker_sk, method, path, query)
+        resp = requests.request(method, url, data=BODY if method == "PUT" else None, timeout=30)
+        check(tally, f"impersonation: {case}", resp.status_code, resp.content,
+              (400, "AuthorizationQueryParametersError"))
+        assert b"the victim's data" not in resp.content and f"<Name>{victims}<".encode() not in resp.content
+    # The attacker's own presign still works, and still sees only its own (no) buckets.
+    url = _presigned_with(gw, attacker_ak, attacker_sk, "GET", "/", "x-id=ListBuckets")
+    resp = requests.get(url, timeout=30)
+    assert resp.status_code == 200 and f"<Name>{victims}<".encode() not in resp.content
+
+
+def test_presigned_put_enforces_its_pinned_payload_hash(gw: GatewayProcess, bucket: str, tally: Tally) -> None:
+    """Issue 25: a presigned PUT that pins X-Amz-Content-Sha256 in its query authorises that body
+    only; any other body was stored (only a header hash was compared)."""
+    key, path = target(bucket, "pinned-hash")
+    url = _presigned_with(gw, ACCESS_KEY, SECRET_KEY, "PUT", path, "", payload=hashlib.sha256(b"agreed").hexdigest())
+    resp = requests.put(url, data=BODY, timeout=30)
+    check(tally, "presigned PUT, body other than its pinned hash", resp.status_code, resp.content,
+          (400, "XAmzContentSHA256Mismatch"))
+    ok = requests.put(url, data=b"agreed", timeout=30)
+    assert ok.status_code == 200, ok.content
+    assert gw.client().get_object(Bucket=bucket, Key=key)["Body"].read() == b"agreed"
+    TRIED.remove(key)  # stored on purpose, with the agreed body
+
+
+@pytest.mark.parametrize("value", ["text/html\r\nX-Evil: 1", "text/html\nX-Evil: 1", "a\x00b"])
+def test_control_characters_in_response_overrides_are_invalid_argument(gw: GatewayProcess, bucket: str,
+                                                                       tally: Tally, value: str) -> None:
+    """Issue 25: a signed ``response-content-type=text/html%0D%0AX-Evil:%201`` broke the connection
+    (the server refused the header); S3 answers 400 InvalidArgument, in XML, and sets no header."""
+    gw.client().put_object(Bucket=bucket, Key="override-target", Body=b"x")
+    for method, operation in (("GET", "get_object"), ("HEAD", "head_object")):
+        url = gw.client().generate_presigned_url(
+            operation, Params={"Bucket": bucket, "Key": "override-target", "ResponseContentType": value})
+        resp = requests.request(method, url, timeout=30)
+        assert "X-Evil" not in resp.headers
+        if method == "GET":
+            check(tally, f"control character in response-content-type ({value!r})", resp.status_code,
+                  resp.content, (400, "InvalidArgument"))
+        else:
+            assert resp.status_code == 400
+    fine = gw.client().get_object(Bucket=bucket, Key="override-target", ResponseContentType="text/plain; a=b")
+    assert fine["ContentType"] == "text/plain; a=b"
+
+
 def test_no_trace_left(gw: GatewayProcess, admin: httpx.Client, bucket: str, seaweed: Any, tally: Tally) -> None:
     """After a flush: none of the refused keys exists anywhere, and no staging file remains."""
     assert TRIED, "run with the module's other tests"
@@ -220,3 +303,4 @@ def test_no_trace_left(gw: GatewayProcess, admin: httpx.Client, bucket: str, sea
     tally.op(expected=not leaked and not tmp, what=f"traces: keys {leaked}, tmp {tmp}", hostile=False)
     assert not leaked and not tmp
     assert hashlib.md5(BODY).hexdigest() not in stored  # no refused body kept as a blob
+

@@ -17,12 +17,19 @@ import pytest
 from botocore.config import Config
 
 from app.domain.errors import S3Error
-from app.s3.sigv2 import SigV2Verifier, access_key_v2, is_sigv2
+from app.s3.sigv2 import SigV2Verifier
 from app.s3.sigv4 import UNSIGNED_PAYLOAD, RequestParts
+from app.s3.sigv4.credential import read_credential
 
 AK = "AKIDFERRYV2TEST01"
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
 ENDPOINTS = {"path": "https://ferry.test:9000", "virtual": "https://s3.ferry.test"}
+
+
+def v2_key(req: RequestParts) -> str | None:
+    """The access key of the request's SigV2 credential (None: no SigV2 credential)."""
+    credential = read_credential(req)
+    return credential.access_key if credential is not None and credential.sigv2 else None
 
 
 def verifier(offset: float = 0.0) -> SigV2Verifier:
@@ -89,7 +96,7 @@ def prefix(req: RequestParts, bucket: str) -> str:
 ])
 def test_header_signatures_from_botocore_verify(style: str, operation: str, params: dict[str, Any]) -> None:
     req = capture(operation, style, **params)
-    assert is_sigv2(req) and access_key_v2(req) == AK
+    assert v2_key(req) == AK
     result = verifier().verify(req, prefix(req, "b"))
     assert result.access_key == AK and not result.presigned and result.content_sha256 == UNSIGNED_PAYLOAD
 
@@ -103,7 +110,7 @@ def test_header_signatures_from_botocore_verify(style: str, operation: str, para
 ])
 def test_presigned_urls_from_botocore_verify(style: str, operation: str, params: dict[str, Any]) -> None:
     req = presign(operation, params, style=style)
-    assert is_sigv2(req) and access_key_v2(req) == AK
+    assert v2_key(req) == AK
     result = verifier().verify(req, prefix(req, "b"))
     assert result.presigned and result.access_key == AK
 
@@ -193,6 +200,16 @@ def test_expired_presigned_url_is_refused() -> None:
     assert info.value.code == "AccessDenied" and info.value.message == "Request has expired"
 
 
+def test_presigned_url_valid_for_more_than_a_week_is_refused() -> None:
+    """SigV2 signs no start time, so Expires alone bounds the URL: at most SigV4's week from now
+    (issue 25: year 33658 was accepted)."""
+    assert verifier().verify(presign("get_object", {"Bucket": "b", "Key": "k"}, expires=7 * 86400)).presigned
+    for expires in (8 * 86400, 999999999999 - int(time.time())):
+        with pytest.raises(S3Error) as info:
+            verifier().verify(presign("get_object", {"Bucket": "b", "Key": "k"}, expires=expires))
+        assert (info.value.code, info.value.status) == ("AuthorizationQueryParametersError", 400)
+
+
 def test_presigned_url_missing_a_parameter_is_refused() -> None:
     req = presign("get_object", {"Bucket": "b", "Key": "k"})
     kept = b"&".join(p for p in req.query_string.split(b"&") if not p.startswith(b"Expires="))
@@ -227,5 +244,7 @@ def test_sigv4_requests_are_not_taken_for_sigv2() -> None:
     v4 = boto3.client("s3", endpoint_url=ENDPOINTS["path"], region_name="us-east-1", aws_access_key_id=AK,
                       aws_secret_access_key=SECRET, config=Config(signature_version="s3v4"))
     url = v4.generate_presigned_url("get_object", Params={"Bucket": "b", "Key": "k"})
-    assert not is_sigv2(parts_from("GET", url, {}))
-    assert not is_sigv2(RequestParts("GET", b"/", b"", [(b"authorization", b"AWS4-HMAC-SHA256 Credential=x")]))
+    assert v2_key(parts_from("GET", url, {})) is None
+    with pytest.raises(S3Error) as info:  # a malformed SigV4 header is SigV4's error, not SigV2's
+        read_credential(RequestParts("GET", b"/", b"", [(b"authorization", b"AWS4-HMAC-SHA256 Credential=x")]))
+    assert info.value.code == "AuthorizationHeaderMalformed"

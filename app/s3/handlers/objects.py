@@ -16,17 +16,15 @@ from app.s3.handlers.common import (
     user_metadata,
 )
 from app.s3.request import S3Request
-from app.s3.response import Response, checksum_headers, object_checksum_headers, object_headers
+from app.s3.response import (
+    Response,
+    checksum_headers,
+    object_checksum_headers,
+    object_headers,
+    response_overrides,
+    with_overrides,
+)
 from app.services.gateway import Gateway
-
-RESPONSE_OVERRIDES = {
-    "response-content-type": "Content-Type",
-    "response-content-language": "Content-Language",
-    "response-expires": "Expires",
-    "response-cache-control": "Cache-Control",
-    "response-content-disposition": "Content-Disposition",
-    "response-content-encoding": "Content-Encoding",
-}
 
 
 def _target(req: S3Request) -> tuple[str, str]:
@@ -55,16 +53,9 @@ def _conditions(req: S3Request, meta: ObjectMeta) -> None:
     _request_conditions(req).check(meta.etag, meta.last_modified)
 
 
-def _with_overrides(req: S3Request, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    overrides = {v: req.query[k] for k, v in RESPONSE_OVERRIDES.items() if k in req.query}
-    if not overrides:
-        return headers
-    lowered = {k.lower() for k in overrides}
-    return [(k, v) for k, v in headers if k.lower() not in lowered] + list(overrides.items())
-
-
 async def head_object(req: S3Request, gw: Gateway) -> Response:
     _check_version(req)
+    overrides = response_overrides(req.query)
     if "partNumber" in req.query:
         raise S3Error("NotImplemented", "GET/HEAD by partNumber is not implemented by Ferry.")
     bucket, key = _target(req)
@@ -74,14 +65,15 @@ async def head_object(req: S3Request, gw: Gateway) -> Response:
     rng = parse_range(req.header("range"), meta.size)
     if rng is not None:
         headers.append(("Content-Range", rng.content_range))
-        return Response(206, _with_overrides(req, headers), b"", rng.length)
+        return Response(206, with_overrides(overrides, headers), b"", rng.length)
     if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
         headers += object_checksum_headers(meta.checksums)
-    return Response(200, _with_overrides(req, headers), b"", meta.size)
+    return Response(200, with_overrides(overrides, headers), b"", meta.size)
 
 
 async def get_object(req: S3Request, gw: Gateway) -> Response:
     _check_version(req)
+    overrides = response_overrides(req.query)
     if "partNumber" in req.query:
         raise S3Error("NotImplemented", "GET/HEAD by partNumber is not implemented by Ferry.")
     bucket, key = _target(req)
@@ -98,10 +90,10 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
     body = read.data if read.data is not None else read.stream
     if read.byte_range is not None:
         headers.append(("Content-Range", read.byte_range.content_range))
-        return Response(206, _with_overrides(req, headers), body, read.byte_range.length, read.files)
+        return Response(206, with_overrides(overrides, headers), body, read.byte_range.length, read.files)
     if req.header("x-amz-checksum-mode", "").upper() == "ENABLED":
         headers += object_checksum_headers(read.meta.checksums)
-    return Response(200, _with_overrides(req, headers), body, read.meta.size, read.files)
+    return Response(200, with_overrides(overrides, headers), body, read.meta.size, read.files)
 
 
 async def put_object(req: S3Request, gw: Gateway) -> Response:

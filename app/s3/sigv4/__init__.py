@@ -3,7 +3,8 @@
 The package: ``values`` (the request and the result), ``canonical`` (canonical request and the
 signature compare), ``keys`` (the key chain and its pre-hashed HMAC pads), ``fields`` (parsing
 credential scope, signed headers, dates, payload hash), ``header`` and ``presigned`` (the two
-forms of authentication) and ``verifier`` (which form, clock skew, the signing-key cache).
+forms of authentication), ``credential`` (the one reading of who signed, SigV2 included) and
+``verifier`` (clock skew, the signing-key cache).
 
 The S3 front door is a raw ASGI app, so this module takes the request as plain values
 (``RequestParts``) and knows nothing about any web framework. Every failure is an ``S3Error``

@@ -24,7 +24,6 @@ _NON_CANONICAL_ESCAPE = re.compile(rb"%(?![0189A-F][0-9A-F]|2[0-9A-CF]|3[A-F]|40
 _URI_SAFE = re.compile(rb"[!-~]*")
 _URI_KEEP = "".join(chr(c) for c in range(0x21, 0x7F))
 _HEADER_NAME = re.compile(r"[!-~]+", re.ASCII)  # visible ASCII; ';' and ',' never reach here
-QUERY_AUTH_NAMES = frozenset({"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Signature"})
 NO_VALUE: list[bytes] = [b""]
 
 

@@ -6,28 +6,22 @@ from collections.abc import Callable
 
 from app.domain.errors import S3Error
 from app.s3.sigv4.canonical import canonical_query_pairs, check_signature, mismatch
-from app.s3.sigv4.fields import (
-    V2_MESSAGE,
-    check_payload_hash,
-    header_error,
-    parse_credential,
-    parse_signed_headers,
-    request_date,
-)
+from app.s3.sigv4.credential import Credential
+from app.s3.sigv4.fields import check_payload_hash, header_error, parse_signed_headers, request_date
 from app.s3.sigv4.keys import Signer
-from app.s3.sigv4.values import ALGORITHM, AuthResult, RequestParts
+from app.s3.sigv4.values import AuthResult, RequestParts
 
 SignerFor = Callable[[str, str, str], tuple[Signer, str]]  # (access key, date, region) -> (signer, scope)
 
 
-def verify_header(req: RequestParts, headers: dict[bytes, list[bytes]], auth: list[bytes],
+def verify_header(req: RequestParts, headers: dict[bytes, list[bytes]], credential: Credential,
                   signer_for: SignerFor, check_skew: Callable[[str, float], None]) -> AuthResult:
-    """Authenticate a header-signed request or raise the ``S3Error`` S3 would answer with."""
-    fields = _authorization_fields(auth)
-    access_key, cred_date, region = parse_credential(fields["Credential"], header_error)
-    signed = fields["SignedHeaders"]
+    """Authenticate a header-signed request (its ``credential`` read by ``read_credential``) or
+    raise the ``S3Error`` S3 would answer with."""
+    access_key, cred_date, region = credential.access_key, credential.date, credential.region
+    signed = credential.fields["SignedHeaders"]
     signed_names = parse_signed_headers(signed, header_error)
-    signature = fields["Signature"]
+    signature = credential.signature
 
     amz_date, ts = request_date(headers)
     if cred_date != amz_date[:8]:
@@ -43,32 +37,6 @@ def verify_header(req: RequestParts, headers: dict[bytes, list[bytes]], auth: li
         raise mismatch(failure, access_key, signature)
     return AuthResult(access_key=access_key, region=region, amz_date=amz_date, scope=scope,
                       signature=signature, signing_key=signer.key, content_sha256=payload, presigned=False)
-
-
-def _authorization_fields(auth: list[bytes]) -> dict[str, str]:
-    """Credential, SignedHeaders and Signature of the one AWS4-HMAC-SHA256 Authorization header."""
-    if len(auth) != 1:
-        raise header_error("more than one Authorization header was sent.")
-    scheme, _, rest = auth[0].decode("latin-1").strip().partition(" ")
-    if scheme != ALGORITHM:
-        if scheme == "AWS":
-            raise S3Error("InvalidRequest", V2_MESSAGE)
-        if scheme == "AWS4-ECDSA-P256-SHA256":
-            raise S3Error("InvalidRequest", "SigV4a is not supported, use AWS4-HMAC-SHA256")
-        raise S3Error("InvalidArgument", "Unsupported Authorization Type", ArgumentName="Authorization")
-    fields: dict[str, str] = {}
-    for part in rest.split(","):
-        key, eq, value = part.strip().partition("=")
-        if not eq or key in fields or key not in ("Credential", "SignedHeaders", "Signature"):
-            fields.clear()
-            break
-        fields[key] = value
-    if len(fields) != 3:
-        raise header_error(
-            "the authorization header requires three components: Credential, SignedHeaders, "
-            "and Signature."
-        )
-    return fields
 
 
 def _header_payload_hash(headers: dict[bytes, list[bytes]]) -> str:

@@ -5,42 +5,33 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from urllib.parse import unquote
 
 from app.domain.errors import S3Error
 from app.s3.sigv4.canonical import check_signature, lower_names, mismatch
+from app.s3.sigv4.credential import Credential
 from app.s3.sigv4.fields import (
     HEX64,
     QUERY_CRED_PREFIX,
     check_payload_hash,
     iso,
     parse_amz_date,
-    parse_credential,
     parse_signed_headers,
     query_error,
 )
 from app.s3.sigv4.header import SignerFor
-from app.s3.sigv4.values import ALGORITHM, PAYLOAD_MODES, UNSIGNED_PAYLOAD, AuthResult, RequestParts
+from app.s3.sigv4.values import PAYLOAD_MODES, UNSIGNED_PAYLOAD, AuthResult, RequestParts
 
 MAX_PRESIGNED_EXPIRES = 604800  # one week, the S3 limit
 _EXPIRES = re.compile(r"-?\d+", re.ASCII)
-_V4_QUERY_PARAMS = (
-    "X-Amz-Algorithm",
-    "X-Amz-Credential",
-    "X-Amz-Date",
-    "X-Amz-Expires",
-    "X-Amz-SignedHeaders",
-    "X-Amz-Signature",
-)
 
 
 def verify_presigned(req: RequestParts, headers: dict[bytes, list[bytes]], pairs: list[tuple[str, str]],
-                     signer_for: SignerFor, clock: Callable[[], float], max_skew: int) -> AuthResult:
-    """Authenticate a presigned request or raise the ``S3Error`` S3 would answer with."""
-    params, pinned = _presigned_params(pairs)
-    access_key, cred_date, region = parse_credential(
-        params["X-Amz-Credential"], lambda detail: query_error(QUERY_CRED_PREFIX + detail)
-    )
+                     credential: Credential, signer_for: SignerFor, clock: Callable[[], float],
+                     max_skew: int) -> AuthResult:
+    """Authenticate a presigned request (its ``credential`` read by ``read_credential``) or raise
+    the ``S3Error`` S3 would answer with."""
+    params = credential.fields
+    access_key, cred_date, region = credential.access_key, credential.date, credential.region
     signed = params["X-Amz-SignedHeaders"]
     signed_names = parse_signed_headers(
         signed, lambda detail: query_error("Error parsing the X-Amz-SignedHeaders parameter; " + detail)
@@ -55,10 +46,10 @@ def verify_presigned(req: RequestParts, headers: dict[bytes, list[bytes]], pairs
         )
     check_validity(params["X-Amz-Expires"], ts, clock(), max_skew)
     _refuse_unsigned_amz_headers(headers, signed)
-    candidates = _payload_candidates(pinned, headers)
+    candidates = _payload_candidates(credential.pinned_sha256, headers)
     signer, scope = signer_for(access_key, cred_date, region)
     query = "&".join([f"{n}={v}" for n, v in pairs if n != "X-Amz-Signature"])
-    signature = params["X-Amz-Signature"]
+    signature = credential.signature
     failure: tuple[bytes, bytes] | None = None
     for payload in candidates:
         failure = check_signature(
@@ -90,27 +81,6 @@ def check_validity(raw_expires: str, ts: float, now: float, max_skew: int) -> No
         )
     if ts - now > max_skew:
         raise S3Error("AccessDenied", "Request is not valid yet")
-
-
-def _presigned_params(pairs: list[tuple[str, str]]) -> tuple[dict[str, str], str | None]:
-    """The six X-Amz-* query parameters (each once), and a payload hash pinned in the query."""
-    params: dict[str, str] = {}
-    pinned: str | None = None
-    for name, value in pairs:
-        if name in _V4_QUERY_PARAMS:
-            if name in params:
-                raise query_error(f"{name} was given more than once.")
-            params[name] = unquote(value)
-        elif name.lower() == "x-amz-content-sha256":
-            pinned = unquote(value)
-    if len(params) != len(_V4_QUERY_PARAMS):
-        raise query_error(
-            "Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
-            "X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters."
-        )
-    if params["X-Amz-Algorithm"] != ALGORITHM:
-        raise query_error('X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"')
-    return params, pinned
 
 
 def _refuse_unsigned_amz_headers(headers: dict[bytes, list[bytes]], signed: str) -> None:

@@ -8,9 +8,10 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from app.domain.errors import S3Error
-from app.s3.sigv4.canonical import QUERY_AUTH_NAMES, canonical_query_pairs, header_map
-from app.s3.sigv4.fields import V2_MESSAGE, iso
-from app.s3.sigv4.header import verify_header
+from app.s3.sigv4.canonical import canonical_query_pairs, header_map
+from app.s3.sigv4.credential import HEADER_V4, Credential, read_credential, refuse_sigv2
+from app.s3.sigv4.fields import iso
+from app.s3.sigv4.header import SignerFor, verify_header
 from app.s3.sigv4.keys import SERVICE, SIGNING_KEY_CACHE_SIZE, TERMINATOR, Signer, new_signer
 from app.s3.sigv4.presigned import verify_presigned
 from app.s3.sigv4.values import AuthResult, RequestParts, SecretLookup
@@ -19,17 +20,13 @@ from app.s3.sigv4.values import AuthResult, RequestParts, SecretLookup
 def has_auth(req: RequestParts) -> bool:
     """Whether the request carries any credentials (else the caller treats it as anonymous).
 
-    SigV2 credentials count too, so that ``verify`` can reject them rather than the request
-    silently running as anonymous.
+    SigV2 credentials and malformed ones count too, so that ``verify`` can reject them rather than
+    the request silently running as anonymous.
     """
-    for name, _ in req.headers:
-        if name == b"authorization":
-            return True
-    qs = req.query_string
-    if not qs or (b"X-Amz-" not in qs and b"AWSAccessKeyId" not in qs and b"%" not in qs):
-        return False
-    names = {name for name, _ in canonical_query_pairs(qs)}
-    return bool(names & QUERY_AUTH_NAMES) or "AWSAccessKeyId" in names
+    try:
+        return read_credential(req) is not None
+    except S3Error:
+        return True
 
 
 class SigV4Verifier:
@@ -52,27 +49,23 @@ class SigV4Verifier:
         self._signer = lru_cache(maxsize=SIGNING_KEY_CACHE_SIZE)(new_signer)
 
     def verify(self, req: RequestParts) -> AuthResult:
-        """Authenticate ``req`` or raise the ``S3Error`` S3 would answer with."""
+        """Authenticate ``req`` or raise the ``S3Error`` S3 would answer with (reads the credential
+        and looks its secret up; the S3 edge, which needs the tenant too, calls ``verify_credential``)."""
+        credential = read_credential(req)
+        if credential is None:
+            raise S3Error("AccessDenied", "Request is not signed")
+        return self.verify_credential(req, credential, self._lookup(credential.access_key))
+
+    def verify_credential(self, req: RequestParts, credential: Credential, secret: str | None) -> AuthResult:
+        """Check ``credential``'s signature with ``secret`` (None: an unknown key). The credential
+        is the one ``read_credential`` read from ``req``: it is never read a second time."""
+        refuse_sigv2(credential)
         headers = req.by_name if req.by_name is not None else header_map(req.headers)
-        auth = headers.get(b"authorization")
-        if auth is not None:
-            if req.query_string and b"X-Amz-" in req.query_string:
-                names = {n for n, _ in canonical_query_pairs(req.query_string)}
-                if names & QUERY_AUTH_NAMES:
-                    raise S3Error(
-                        "InvalidArgument",
-                        "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
-                        "Signature query string parameter or the Authorization header should be specified",
-                        ArgumentName="Authorization",
-                    )
-            return verify_header(req, headers, auth, self._signer_for, self._check_skew)
-        pairs = canonical_query_pairs(req.query_string)
-        for name, _ in pairs:
-            if name in QUERY_AUTH_NAMES:
-                return verify_presigned(req, headers, pairs, self._signer_for, self._clock, self._max_skew)
-        if any(name == "AWSAccessKeyId" for name, _ in pairs):
-            raise S3Error("InvalidRequest", V2_MESSAGE)
-        raise S3Error("AccessDenied", "Request is not signed")
+        signer_for = self._signer_with(credential.access_key, secret)
+        if credential.form == HEADER_V4:
+            return verify_header(req, headers, credential, signer_for, self._check_skew)
+        return verify_presigned(req, headers, canonical_query_pairs(req.query_string), credential, signer_for,
+                                self._clock, self._max_skew)
 
     def _check_skew(self, amz_date: str, ts: float) -> None:
         now = self._clock()
@@ -84,9 +77,13 @@ class SigV4Verifier:
                 MaxAllowedSkewMilliseconds=str(self._max_skew * 1000),
             )
 
-    def _signer_for(self, access_key: str, cred_date: str, region: str) -> tuple[Signer, str]:
-        """The key's signer and the credential scope; an unknown key is InvalidAccessKeyId."""
-        secret = self._lookup(access_key)
-        if secret is None:
-            raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)
-        return self._signer(secret, cred_date, region, SERVICE), f"{cred_date}/{region}/{SERVICE}/{TERMINATOR}"
+    def _signer_with(self, access_key: str, secret: str | None) -> SignerFor:
+        """The signer and credential scope for the credential's date and region; an unknown key
+        (no secret) is InvalidAccessKeyId."""
+
+        def signer_for(_access_key: str, cred_date: str, region: str) -> tuple[Signer, str]:
+            if secret is None:
+                raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)
+            return self._signer(secret, cred_date, region, SERVICE), f"{cred_date}/{region}/{SERVICE}/{TERMINATOR}"
+
+        return signer_for
