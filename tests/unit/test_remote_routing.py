@@ -205,6 +205,27 @@ def test_a_write_acknowledged_after_a_move_is_destaged_to_the_new_remote_only(tm
     assert region_b.buckets["there"]["k"].data == b"after the move" and "k" not in region_a.buckets["there"]
 
 
+def test_a_remap_invalidates_the_cached_entries_of_the_old_remote(tmp_path: Path) -> None:
+    """A key read (and cached) from A is read from B after the bucket moves there: the remap's
+    commit invalidates the bucket's entries, which came from the old remote."""
+    r, repo, _default, remotes = router(tmp_path, refresh=0.3)
+    a = repo.create(name="a", endpoint="http://a.invalid")
+    b = repo.create(name="b", endpoint="http://b.invalid")
+    repo.put_mapping("moved", a.id, "there")
+    r.refresh()
+    for endpoint, data in (("http://a.invalid", b"old region"), ("http://b.invalid", b"new region")):
+        store = remotes.by_endpoint.setdefault(endpoint, InMemoryRemote())
+        store.create_bucket("there", None)
+        store.put_object("there", "k", io.BytesIO(data), len(data),
+                         base64.b64encode(hashlib.md5(data).digest()).decode(), {}, {}, {})
+    svc = build(tmp_path, r)  # type: ignore[arg-type]
+    assert asyncio.run(svc.get("moved", "k")) == b"old region"
+    assert asyncio.run(svc.get("moved", "k")) == b"old region"  # a hit now
+    repo.put_mapping("moved", b.id, "there")  # another node's admin API
+    time.sleep(r.settle_seconds())
+    assert asyncio.run(svc.get("moved", "k")) == b"new region"
+
+
 def test_profiles_decide_which_keys_a_bucket_accepts(tmp_path: Path) -> None:
     """AWS holds every key S3 accepts; a filesystem-backed remote only those it stores 1:1."""
     for profile, accepted in ((AWS, True), (SEAWEEDFS, False)):
