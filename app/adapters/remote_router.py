@@ -5,15 +5,23 @@ the destage (gateway and Celery workers alike) route without knowing it: a mappe
 go to its remote under the remote bucket's name; an unmapped bucket's to the default remote
 (settings). Remote errors that name the remote bucket name the gateway bucket instead.
 
-The table (remotes and mappings) is read once at start, then re-read in a background thread at
-most every ``refresh_seconds``, so no request waits on SQL. A remote whose row changed
-(credentials rotated, endpoint moved, profile changed) gets a new client; requests in flight keep
-the old one. So every process applies an admin API change within ``refresh_seconds``.
+The table (remotes and mappings) is read at start with the catalog's routing generation, which
+every change of a mapping or a remote moves in its commit. ``route()`` trusts the table for
+``refresh_seconds`` after the generation read it was checked by *began*; past that, the call
+itself reads the generation (one primary-key read, at most once per interval per process) and,
+when it moved, reloads the table before answering. The admin call that made the change answers
+only ``settle_seconds()`` after its commit, so every request and every destage decided after it
+is answered in any process routes by the change (issue 26: a background refresh answered the
+first calls of an idle process from the old table). A remote whose row changed (credentials
+rotated, endpoint moved, profile changed) gets a new client; requests in flight keep the old one.
+A destage pins one route for its whole upload (``pinned``) and hands its ``RouteStamp`` to the
+durable commit, which refuses it if the bucket was remapped meanwhile.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import logging
 import os
@@ -31,6 +39,7 @@ from app.adapters.remote import RemoteConfig, RemoteStore
 from app.domain.errors import S3Error
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes
 from app.domain.profiles import RemoteProfile, profile_named
+from app.domain.routing import DEFAULT_ROUTE, RouteId, RouteStamp
 
 log = logging.getLogger("ferry.remote")
 
@@ -45,9 +54,18 @@ class Route:
     remote_bucket: str | None  # the bucket's name on that remote (None: the gateway's name)
     profile: RemoteProfile
     remote: str  # the registered remote's name, "default" for the settings' one
+    ident: RouteId = DEFAULT_ROUTE  # what a destage's durable commit compares (``check_route``)
 
     def name(self, bucket: str) -> str:
         return self.remote_bucket or bucket
+
+
+@dataclass(frozen=True)
+class _Table:
+    """The routes by bucket and the generation they were read at: swapped as one value."""
+
+    generation: int
+    routes: dict[str, Route]
 
 
 def _fingerprint(info: RemoteInfo) -> tuple[Any, ...]:
@@ -67,9 +85,9 @@ class RemoteRouter:
         self.refresh_seconds = refresh_seconds
         self.factory = factory
         self._stores: dict[int, tuple[tuple[Any, ...], RemoteStore]] = {}
-        self._routes: dict[str, Route] = {}
-        self._loaded_at = 0.0
-        self._refreshing = False
+        self._table = _Table(-1, {})
+        self._checked_at = float("-inf")  # monotonic time the last generation read began
+        self._pins: dict[str, Route] = {}  # a pinned view's fixed routes (``pinned``)
         self._pid = os.getpid()
         self._lock = threading.Lock()
         if repo is not None:
@@ -86,18 +104,45 @@ class RemoteRouter:
 
     # ---- routing table -------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Re-read remotes and mappings now (blocking); a failure keeps the table in use."""
+        """Re-read the generation and, if it moved, the table now (blocking); a failure keeps
+        the table in use for another interval (the catalog is down: nothing can be remapped
+        through it either, and every request would otherwise wait on it)."""
         if self.repo is None:
             return
+        with self._guard():
+            self._check(time.monotonic(), force=True)
+
+    def settle_seconds(self) -> float:
+        """How long after a change's commit every process is sure to route by it: the interval,
+        plus a margin for clock rates of other hosts and the scheduler."""
+        return self.refresh_seconds * 1.02 + 0.05
+
+    def _guard(self) -> threading.Lock:
+        if self._pid != os.getpid():  # forked (a prefork pool): the parent's lock may be held
+            self._pid, self._lock = os.getpid(), threading.Lock()
+        return self._lock
+
+    def _check(self, started: float, *, force: bool = False) -> None:
+        """Under the lock. ``started`` is taken before the generation read: the snapshot it reads
+        is at least that recent, so the table may be trusted until ``started + refresh_seconds``."""
+        assert self.repo is not None
         try:
-            remotes, mappings = self.repo.routes()
+            if force or self.repo.generation() != self._table.generation:
+                self._apply(*self.repo.routes())
         except Exception as exc:  # the catalog is down: keep routing as before, retry later
             log.warning("remote routes not refreshed: %s", exc)
-            self._loaded_at = time.monotonic()
-            return
-        self._apply(remotes, mappings)
+        self._checked_at = started
 
-    def _apply(self, remotes: list[RemoteInfo], mappings: list[MappingInfo]) -> None:
+    def _current(self) -> _Table:
+        """The table, checked against the catalog's generation within the last interval."""
+        if self.repo is not None and time.monotonic() - self._checked_at >= self.refresh_seconds:
+            with self._guard():
+                now = time.monotonic()
+                if now - self._checked_at >= self.refresh_seconds:  # not done by another thread meanwhile
+                    self._check(now)
+        return self._table
+
+    def _apply(self, generation: int, remotes: list[RemoteInfo], mappings: list[MappingInfo]) -> None:
         stores: dict[int, tuple[tuple[Any, ...], RemoteStore]] = {}
         for info in remotes:
             fp = _fingerprint(info)
@@ -111,40 +156,35 @@ class RemoteRouter:
                 log.warning("remote %s: client not built: %s", info.name, exc)
         by_id = {r.id: r for r in remotes}
         routes = {m.bucket: Route(stores[m.remote_id][1], m.remote_bucket, _profile(by_id[m.remote_id]),
-                                  m.remote_name)
+                                  m.remote_name, (m.remote_id, m.remote_bucket, by_id[m.remote_id].endpoint))
                   for m in mappings if m.remote_id in stores}
-        with self._lock:
-            self._stores, self._routes = stores, routes
-            self._loaded_at = time.monotonic()
+        self._stores, self._table = stores, _Table(generation, routes)
 
     def _config(self, info: RemoteInfo) -> RemoteConfig:
         return replace(self.base, endpoint=info.endpoint, region=info.region, access_key=info.access_key,
                        secret_key=info.secret_key, addressing_style=info.addressing_style,
                        verify_tls=info.verify_tls)
 
-    def _maybe_refresh(self) -> None:
-        """Start a background refresh when the table is older than ``refresh_seconds``."""
-        if self.repo is None or time.monotonic() - self._loaded_at < self.refresh_seconds:
-            return
-        with self._lock:
-            if self._pid != os.getpid():  # forked (a prefork pool): the parent's thread is not ours
-                self._pid, self._refreshing = os.getpid(), False
-            if self._refreshing:
-                return
-            self._refreshing = True
-
-        def run() -> None:
-            try:
-                self.refresh()
-            finally:
-                self._refreshing = False
-
-        threading.Thread(target=run, name="ferry-remote-routes", daemon=True).start()
-
     def route(self, bucket: str) -> Route:
         """The remote of a gateway bucket (``Route.name(bucket)``: its name there)."""
-        self._maybe_refresh()
-        return self._routes.get(bucket, self.default)
+        if self._pins:
+            pinned = self._pins.get(bucket)
+            if pinned is not None:
+                return pinned
+        return self._current().routes.get(bucket, self.default)
+
+    def pinned(self, bucket: str, fresh: bool = False) -> tuple[RemoteRouter, RouteStamp | None]:
+        """A view of this router whose calls for ``bucket`` all go to the route it has now, and
+        that route's stamp (None without a catalog): a destage uploads to one remote from its
+        first request to its last, and its durable commit checks that the bucket still maps there.
+        ``fresh``: re-read the catalog first (the commit refused the last route)."""
+        if fresh:
+            self.refresh()
+        table = self._current()
+        route = table.routes.get(bucket, self.default)
+        view = copy.copy(self)
+        view._pins = {bucket: route}
+        return view, RouteStamp(table.generation, route.ident) if self.repo is not None else None
 
     def profile(self, bucket: str) -> RemoteProfile:
         """The capability profile of the bucket's remote (which keys it can hold)."""
@@ -172,7 +212,7 @@ class RemoteRouter:
     def list_buckets(self) -> list[BucketInfo]:
         """The default remote's buckets that no mapping shadows, plus every mapped bucket whose
         remote bucket exists (or, when its remote does not answer, is at least mapped)."""
-        routes = dict(self._routes)
+        routes = dict(self._current().routes)
         listed = [b for b in self.default.store.list_buckets() if b.name not in routes]
         by_store: dict[int, list[tuple[str, Route]]] = {}
         for bucket, route in routes.items():

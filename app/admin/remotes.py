@@ -1,12 +1,14 @@
 """Remotes and bucket mappings.
 
 The default remote comes from settings (``GET /admin/remote``). A mapped bucket is served from
-its registered remote (``adapters/remote_router.py``); every process re-reads the table within
-FERRY_REMOTE_REFRESH_SECONDS (this one at once), so a mapping or a rotated key needs no restart.
+its registered remote (``adapters/remote_router.py``). A change answers once every process is
+sure to route by it (about FERRY_REMOTE_REFRESH_SECONDS after its commit), so a mapping or a
+rotated key needs no restart, and no request sent after the answer goes by the old table.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -128,8 +130,10 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     api = APIRouter(prefix="/admin", tags=["remotes"])
 
     async def changed() -> None:
-        """This process routes by the change at once; the others within the refresh interval."""
+        """This process routes by the change at once; the answer waits until every other
+        process (each checks the catalog's routing generation at most an interval old) does too."""
         await run(container.remote.refresh)
+        await asyncio.sleep(container.remote.settle_seconds())
 
     @api.get("/remote", response_model=DefaultRemoteOut, dependencies=auth.read())
     async def default_remote(bucket: BucketQuery = None) -> DefaultRemoteOut:
@@ -155,8 +159,8 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
 
     @api.patch("/remotes/{remote_id}", response_model=RemoteOut, dependencies=auth.write())
     async def update_remote(remote_id: RemoteIdPath, body: RemoteUpdate) -> RemoteOut:
-        """Change a remote (e.g. rotate its keys): every process uses the new values for new
-        requests within FERRY_REMOTE_REFRESH_SECONDS, without a restart."""
+        """Change a remote (e.g. rotate its keys): once answered, every process uses the new
+        values for new requests, without a restart."""
         values = {k: v for k, v in body.model_dump(exclude_unset=True).items()
                   if v is not None or k in ("access_key", "secret_key")}
         out = _out(await run(repo.update, remote_id, **values))
@@ -193,8 +197,8 @@ def _mapping_routes(api: APIRouter, repo: RemoteRepo, changed: Callable[[], Awai
 
     @api.put("/bucket-mappings/{bucket}", response_model=MappingOut, dependencies=auth.write())
     async def put_mapping(bucket: BucketPath, body: MappingIn, response: Response) -> MappingInfo:
-        """Map a gateway bucket to a registered remote's bucket (201 when new). Its reads, writes
-        and destages (buffered writes included) go there from the next refresh on."""
+        """Map a gateway bucket to a registered remote's bucket (201 when new). Once answered, its
+        requests and destages (buffered writes included) go there on every node."""
         info, created = await run(repo.put_mapping, bucket, body.remote_id, body.remote_bucket)
         await changed()
         response.status_code = 201 if created else 200

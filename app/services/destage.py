@@ -24,15 +24,18 @@ from typing import BinaryIO
 from app import metrics
 from app.domain.errors import S3Error
 from app.domain.fencing import Lease, LeaseLost
+from app.domain.routing import RouteMoved, RouteStamp
 from app.domain.states import VersionState, backoff_seconds
 from app.domain.versions import BlobRef, VersionRow
 from app.services.partcopies import PartCopies
-from app.services.ports import BlobPort, JournalPort, RemotePort
+from app.services.ports import BlobPort, JournalPort, RemotePort, RoutedRemote
 
 log = logging.getLogger("ferry.destage")
 
 # Answers that refuse the request's signature or key, whatever the object: the remote's
 # credentials are wrong for now, every row would fail alike.
+ROUTE_MOVES = 3  # uploads of one claim to a bucket remapped under it, before it is retried later
+
 CREDENTIAL_REFUSALS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"})
 
 
@@ -268,6 +271,16 @@ class Destager:
             else:
                 self._keep_blobs(row)
             return self._done("superseded", row)
+        for attempt in range(ROUTE_MOVES):
+            outcome = self._send_and_mark(row, lease, fresh=attempt > 0)
+            if outcome != "moved":
+                return outcome
+        return self._failed(row, RouteMoved(f"bucket {row.bucket!r} remapped {ROUTE_MOVES} times during its destage"))
+
+    def _send_and_mark(self, row: VersionRow, lease: Lease, fresh: bool) -> str:
+        """One upload to where the bucket maps now, then the durable commit, which refuses it
+        ("moved") if the bucket was remapped meanwhile: then the caller sends it again."""
+        remote, stamp = self._pin(row.bucket, fresh)
         lost = threading.Event()
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew, args=(lease, row, stop, lost), daemon=True)
@@ -276,12 +289,12 @@ class Destager:
             # A worker that lost its lease (stalled past it) must not land an older version over a
             # newer one: multipart re-checks the lease at its commit point (Complete); a single
             # request is conditional on the remote's state read under the lease, where honoured.
-            conditional = self.remote.conditional_writes(row.bucket)
+            conditional = remote.conditional_writes(row.bucket)
             if row.is_delete:
-                delete(self.remote, row.bucket, row.key, conditional, fence=lease)
+                delete(remote, row.bucket, row.key, conditional, fence=lease)
                 remote_etag = ""
             else:
-                remote_etag = upload(self.remote, self.store, spec_of(row, self._inline(row)), self.part_concurrency,
+                remote_etag = upload(remote, self.store, spec_of(row, self._inline(row)), self.part_concurrency,
                                      fence=lease, copies=self.part_copies, conditional=conditional)
         except Exception as exc:  # any failure: keep the bytes, retry later
             stop.set()
@@ -297,11 +310,25 @@ class Destager:
         # A row whose body is in the row drops no file after this move: losing it in a power cut
         # only sends the same bytes again, so it need not wait for an fsync (a kill -9 loses nothing).
         inline_only = bool(row.blobs) and not _files(row)
-        if self.journal.mark_durable(row, remote_etag, None, invalidate_cache=True, relaxed=inline_only):
+        try:
+            durable = self.journal.mark_durable(row, remote_etag, None, invalidate_cache=True, relaxed=inline_only,
+                                                route=stamp)
+        except RouteMoved:
+            self._keep_blobs(row)
+            log.warning("seq %s (%s/%s): its bucket was remapped during the upload; sending it to the new remote",
+                        row.seq, row.bucket, row.key)
+            return "moved"
+        if durable:
             self._drop_blobs(row)
             return self._done("durable", row)
         self._keep_blobs(row)
         return self._lost_after_write(row)
+
+    def _pin(self, bucket: str, fresh: bool) -> tuple[RemotePort, RouteStamp | None]:
+        """The remote the whole upload goes to, and where that is (None: a remote without routing)."""
+        if isinstance(self.remote, RoutedRemote):
+            return self.remote.pinned(bucket, fresh)
+        return self.remote, None
 
     def _lost_after_write(self, row: VersionRow) -> str:
         """The write reached the remote, but the row was no longer ours: whatever it replaced
@@ -347,7 +374,7 @@ class Destager:
         # restarting) is not the object's fault either. Only refusals of the object itself
         # (other 4xx, AccessDenied included) use up the attempts.
         outage = (isinstance(exc, S3Error) and (exc.status >= 500 or exc.code in CREDENTIAL_REFUSALS)) \
-            or isinstance(exc, ConnectionError | TimeoutError | LeaseLost)
+            or isinstance(exc, ConnectionError | TimeoutError | LeaseLost | RouteMoved)
         failed = attempts >= self.max_attempts and not outage
         delay = backoff_seconds(attempts, self.backoff_base, self.backoff_cap) * random.uniform(0.5, 1.0)
         message = f"{type(exc).__name__}: {exc}"

@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from app.domain.cache import Entry
 from app.domain.conditions import PreviousWrite
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes, PartInfo, UploadInfo
 from app.domain.profiles import RemoteProfile
+from app.domain.routing import RouteStamp
 from app.domain.uploads import CompletedUpload, PartSource, UploadClaim
 from app.domain.versions import BlobRef, Replica, VersionRow
 
@@ -74,6 +75,13 @@ class RemotePort(RemoteBuckets, RemoteObjects, RemoteMultipart, Protocol):
     """Everything the services ask of the remote bucket store (the source of truth)."""
 
 
+@runtime_checkable
+class RoutedRemote(Protocol):
+    """A remote that routes buckets to several remotes (``adapters/remote_router.py``)."""
+
+    def pinned(self, bucket: str, fresh: bool = False) -> tuple[RemotePort, RouteStamp | None]: ...
+
+
 class JournalWrites(Protocol):
     """Appending acknowledged writes and reading what is not yet durable."""
 
@@ -102,7 +110,8 @@ class JournalDestage(Protocol):
     def has_newer(self, row: VersionRow) -> bool: ...
     def renew(self, row: VersionRow, lease_seconds: float) -> bool: ...
     def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None, *,
-                     invalidate_cache: bool = False, relaxed: bool = False) -> bool: ...
+                     invalidate_cache: bool = False, relaxed: bool = False,
+                     route: RouteStamp | None = None) -> bool: ...
     def make_due(self, seq: int) -> bool: ...
     def mark_superseded(self, row: VersionRow) -> bool: ...
     def mark_retry(self, row: VersionRow, error: str, retry_at: float, *, failed: bool) -> bool: ...

@@ -119,7 +119,6 @@ def test_rotated_keys_build_a_new_client_within_the_refresh(tmp_path: Path) -> N
     assert remotes.built[-1].access_key == "old"
     time.sleep(0.1)
     r.route("mine")  # an unchanged row keeps its client
-    wait_until(lambda: not r._refreshing)
     assert len(remotes.built) == 1
     repo.update(far.id, access_key="new", secret_key="new-secret")  # another process's admin API
 
@@ -131,6 +130,100 @@ def test_rotated_keys_build_a_new_client_within_the_refresh(tmp_path: Path) -> N
     assert remotes.built[-1].access_key == "new" and remotes.built[-1].secret_key == "new-secret"
     repo.delete_mapping("mine")
     wait_until(lambda: r.route("mine").remote == "default")
+
+
+def test_a_remap_applies_to_the_first_call_of_an_idle_router(tmp_path: Path) -> None:
+    """Issue 26: another process remaps a bucket while this router is idle; once the admin call
+    would have answered (``settle_seconds`` after the commit), the very first call goes to the new
+    remote (a background refresh answered it from the old table)."""
+    r, repo, _default, _remotes = router(tmp_path, refresh=0.3)
+    a = repo.create(name="a", endpoint="http://a.invalid")
+    b = repo.create(name="b", endpoint="http://b.invalid")
+    repo.put_mapping("moved", a.id, "there")
+    r.refresh()
+    assert r.route("moved").remote == "a"
+    time.sleep(0.4)  # idle past the interval
+    repo.put_mapping("moved", b.id, "there")  # another process's admin API
+    time.sleep(r.settle_seconds())
+    assert r.route("moved").remote == "b"
+    repo.delete_mapping("moved")
+    time.sleep(r.settle_seconds())
+    assert r.route("moved").remote == "default"
+
+
+class _RemapDuringPut(InMemoryRemote):
+    """Region A: while a destage's PutObject is at it, the bucket is moved to region B."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.during_put: list[object] = []
+
+    def put_object(self, *args: object, **kwargs: object) -> str:
+        etag = super().put_object(*args, **kwargs)  # type: ignore[arg-type]
+        while self.during_put:
+            self.during_put.pop()()  # type: ignore[operator]
+        return etag
+
+
+def test_a_remap_during_a_destage_sends_the_write_to_the_new_remote(tmp_path: Path) -> None:
+    """The upload went to A, the bucket was remapped to B before the durable commit: the commit
+    refuses it and the destage sends the write to B, then marks it durable (issue 26)."""
+    r, repo, _default, remotes = router(tmp_path, refresh=0.05)
+    region_a = remotes.by_endpoint["http://a.invalid"] = _RemapDuringPut()
+    a = repo.create(name="a", endpoint="http://a.invalid")
+    b = repo.create(name="b", endpoint="http://b.invalid")
+    repo.put_mapping("moved", a.id, "there")
+    r.refresh()
+    region_a.create_bucket("there", None)
+    region_b = remotes.by_endpoint.setdefault("http://b.invalid", InMemoryRemote())
+    region_b.create_bucket("there", None)
+    svc = build(tmp_path, r)  # type: ignore[arg-type]
+    asyncio.run(svc.put("moved", "k", b"acknowledged before the move"))
+    region_a.during_put.append(lambda: repo.put_mapping("moved", b.id, "there"))
+    assert svc.destage_all() == ["durable"]
+    assert region_b.buckets["there"]["k"].data == b"acknowledged before the move"
+    newest = svc.journal.newest("moved", "k")
+    assert newest is not None and newest.state.value == "durable"
+
+
+def test_a_write_acknowledged_after_a_move_is_destaged_to_the_new_remote_only(tmp_path: Path) -> None:
+    r, repo, _default, remotes = router(tmp_path, refresh=0.3)
+    a = repo.create(name="a", endpoint="http://a.invalid")
+    b = repo.create(name="b", endpoint="http://b.invalid")
+    repo.put_mapping("moved", a.id, "there")
+    r.refresh()
+    region_a, region_b = (remotes.by_endpoint.setdefault(e, InMemoryRemote()) for e in ("http://a.invalid",
+                                                                                       "http://b.invalid"))
+    region_a.create_bucket("there", None)
+    region_b.create_bucket("there", None)
+    svc = build(tmp_path, r)  # type: ignore[arg-type]
+    time.sleep(0.4)  # the router idle past its interval
+    repo.put_mapping("moved", b.id, "there")  # another node's admin API
+    time.sleep(r.settle_seconds())
+    asyncio.run(svc.put("moved", "k", b"after the move"))
+    assert svc.destage_all() == ["durable"]
+    assert region_b.buckets["there"]["k"].data == b"after the move" and "k" not in region_a.buckets["there"]
+
+
+def test_a_remap_invalidates_the_cached_entries_of_the_old_remote(tmp_path: Path) -> None:
+    """A key read (and cached) from A is read from B after the bucket moves there: the remap's
+    commit invalidates the bucket's entries, which came from the old remote."""
+    r, repo, _default, remotes = router(tmp_path, refresh=0.3)
+    a = repo.create(name="a", endpoint="http://a.invalid")
+    b = repo.create(name="b", endpoint="http://b.invalid")
+    repo.put_mapping("moved", a.id, "there")
+    r.refresh()
+    for endpoint, data in (("http://a.invalid", b"old region"), ("http://b.invalid", b"new region")):
+        store = remotes.by_endpoint.setdefault(endpoint, InMemoryRemote())
+        store.create_bucket("there", None)
+        store.put_object("there", "k", io.BytesIO(data), len(data),
+                         base64.b64encode(hashlib.md5(data).digest()).decode(), {}, {}, {})
+    svc = build(tmp_path, r)  # type: ignore[arg-type]
+    assert asyncio.run(svc.get("moved", "k")) == b"old region"
+    assert asyncio.run(svc.get("moved", "k")) == b"old region"  # a hit now
+    repo.put_mapping("moved", b.id, "there")  # another node's admin API
+    time.sleep(r.settle_seconds())
+    assert asyncio.run(svc.get("moved", "k")) == b"new region"
 
 
 def test_profiles_decide_which_keys_a_bucket_accepts(tmp_path: Path) -> None:

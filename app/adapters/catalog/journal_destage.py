@@ -17,7 +17,9 @@ from sqlalchemy.orm import aliased, sessionmaker
 from app.adapters.catalog.cache_index import invalidate_key
 from app.adapters.catalog.journal_moves import move_rows
 from app.adapters.catalog.remote_opening import key_lock_id, opener_of_key
+from app.adapters.catalog.remotes import check_route
 from app.adapters.catalog.tables import ObjectVersion
+from app.domain.routing import RouteStamp
 from app.domain.states import VersionState
 from app.domain.versions import VersionRow
 
@@ -79,11 +81,18 @@ class DestageMoves:
             return result.rowcount == 1
 
     def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None, *,
-                     invalidate_cache: bool = False, relaxed: bool = False) -> bool:
+                     invalidate_cache: bool = False, relaxed: bool = False, route: RouteStamp | None = None) -> bool:
         """DESTAGING -> DURABLE. With ``invalidate_cache`` the key's cache entries and tombstone move in the
         same commit: a discovery that fetched the remote before this version landed (so it may hold the
-        older one) never records it (CacheIndex.put_ready). ``relaxed``: only if no blob file is dropped."""
-        then = (lambda conn: invalidate_key(conn, row.bucket, row.key)) if invalidate_cache else None
+        older one) never records it (CacheIndex.put_ready). ``relaxed``: only if no blob file is dropped.
+        ``route``: where the upload went; raises ``RouteMoved`` (nothing committed) if the bucket maps
+        elsewhere now (``remotes.check_route``, before the cache locks, in a remap's lock order)."""
+        def then(conn: Connection) -> None:
+            if route is not None:
+                check_route(conn, row.bucket, route)
+            if invalidate_cache:
+                invalidate_key(conn, row.bucket, row.key)
+
         return self.move(row, VersionState.DURABLE, expected=VersionState.DESTAGING, then=then, relaxed=relaxed,
                          remote_etag=remote_etag, remote_version_id=remote_version, durable_at=datetime.now(UTC),
                          last_error=None, lease_until=0.0)

@@ -302,6 +302,16 @@ class BucketMapping(Base):
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class RoutingGeneration(Base):
+    """One row: a counter every change of a bucket mapping or a remote moves, in the change's
+    commit. Every process compares it with the table it routes by (``remote_router.py``)."""
+
+    __tablename__ = "routing_generation"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class BucketOwner(Base):
     """Which tenant owns a bucket: set when a tenant creates it, or by the admin API for a bucket
     that already exists on the remote. A bucket without a row belongs to the bootstrap tenant."""
