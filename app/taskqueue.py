@@ -28,6 +28,7 @@ from celery import Celery
 from kombu import Queue
 
 from app.bootstrap import chore_intervals
+from app.broker_transport import TRANSPORT
 from app.config import Settings, get_settings
 from app.services.chores import CHORES
 
@@ -75,6 +76,8 @@ def celery_app() -> Celery:
     settings.require_node_id()  # worker and beat route by it: never a hostname of their own
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     app = Celery("ferry", broker=broker)
+    if broker.startswith(("redis://", "rediss://")):
+        app.conf.broker_transport = TRANSPORT  # survives a Redis restart mid-task (app/broker_transport.py)
     soft, hard, visibility = destage_limits(settings)
     app.conf.update(
         # Production settings (docs/fleet.md, "Celery"): a message is acknowledged after its task
