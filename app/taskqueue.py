@@ -51,7 +51,13 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         queue = node_queue(settings.node_id) if chore.scope == "node" else SHARED_QUEUE
         schedule[f"ferry-{chore.name}"] = {"task": f"ferry.{chore.name}", "schedule": every,
                                            "options": {"queue": queue, "expires": max(every, 1.0)}}
+    # The node's liveness (app/fleet/worker_heartbeat.py): beat stamps as it sends, the worker as it runs it.
+    schedule["ferry-heartbeat"] = {"task": "ferry.heartbeat", "schedule": settings.node_heartbeat_seconds,
+                                   "options": {"queue": node_queue(settings.node_id),
+                                               "expires": max(settings.node_heartbeat_seconds, 1.0)}}
     return schedule
+
+
 def destage_limits(settings: Settings) -> tuple[float, float, float]:
     """(soft limit, hard limit, broker visibility timeout) of a destage task, in seconds.
 

@@ -6,11 +6,20 @@ task ran; its node's writes stayed buffered. Here a gateway node and its Celery 
 Redis of the test's own (never the machine's), a slow remote keeps a destage in flight, and that
 Redis restarts: the worker must stay up, the write in flight and a write after the restart must
 reach the remote.
+
+Health of that node's worker (issue 26): the worker and beat write heartbeats into the broker;
+with them fresh ``/readyz`` and ``ferry doctor --serving`` pass, and after kill -9 of the
+worker both say the node's queue is not consumed.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +30,7 @@ from sqlalchemy import create_engine, text
 from tests.support.celery_worker import CeleryWorker
 from tests.support.counting_proxy import CountingProxy
 from tests.support.databases import throwaway_database
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
 from tests.support.private_redis import PrivateRedis
 
 pytestmark = pytest.mark.fleet
@@ -54,7 +63,8 @@ def node(seaweed: Any, fleet_services: Any, tmp_path: Path) -> Iterator[tuple[Ga
             PrivateRedis(tmp_path / "redis") as broker:
         env = {"FERRY_NODE_ID": "node-br", "FERRY_DATABASE_URL": db, "FERRY_BROKER_URL": broker.url,
                "FERRY_DESTAGE_BACKOFF_BASE": "0.5", "FERRY_DESTAGE_BACKOFF_CAP": "2",
-               "FERRY_SWEEP_INTERVAL": "1"}
+               "FERRY_SWEEP_INTERVAL": "1", "FERRY_NODE_HEARTBEAT_SECONDS": "0.5",
+               "FERRY_NODE_STALE_SECONDS": "3", "FERRY_READY_CACHE_SECONDS": "0"}
         gw = GatewayProcess(proxy, tmp_path / "node", env=env).start(timeout=90)
         worker = CeleryWorker(gw)
         try:
@@ -81,3 +91,36 @@ def test_worker_survives_a_redis_restart_mid_destage(node: Any, seaweed: Any) ->
         assert worker.is_running(), f"the worker died with the broker restart:\n{worker.log_tail()}"
         assert state_of(db, bucket, key) == "durable"
     assert "Unrecoverable error" not in worker.log_text()
+
+
+def readyz(gw: GatewayProcess) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(f"{gw.endpoint}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def doctor_serving(gw: GatewayProcess) -> tuple[int, list[str]]:
+    ferry = str(Path(sys.executable).with_name("ferry"))
+    proc = subprocess.run([ferry, "doctor", "--serving", "--timeout", "3"], env=gw.env(), capture_output=True,
+                          text=True, timeout=90)
+    return proc.returncode, [line for line in (proc.stdout + proc.stderr).splitlines()
+                             if line.startswith(("OK   worker", "OK   beat", "FAIL worker", "FAIL beat"))]
+
+
+def test_readyz_and_doctor_see_the_nodes_worker_and_beat(node: Any) -> None:
+    gw, worker, _proxy, _broker, _db = node
+    _status, body = wait_for(lambda: (r := readyz(gw))[0] == 200 and r, 30, "a ready node with its worker")
+    assert body["checks"]["worker"]["ok"], body
+    assert "worker of node node-br alive" in body["checks"]["worker"]["detail"]
+    code, lines = doctor_serving(gw)
+    assert [line.split(":")[0] for line in lines] == ["OK   worker", "OK   beat"], lines
+
+    worker.kill()  # worker and its beat (-B): nothing consumes ferry.node-br any more
+    _status, body = wait_for(lambda: (r := readyz(gw))[0] == 503 and r, 30, "readyz to see the dead worker")
+    assert not body["checks"]["worker"]["ok"]
+    assert "worker of node node-br stale" in body["checks"]["worker"]["detail"]
+    code, lines = doctor_serving(gw)
+    assert code == 1 and any(line.startswith("FAIL worker: worker of node node-br stale") for line in lines), lines
