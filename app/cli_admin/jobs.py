@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from typing import Annotated, Any
 
 import typer
@@ -20,6 +21,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from app.admin_client import AdminError
 from app.cli_admin.common import (
     DEFAULT_URL,
     Admin,
@@ -147,6 +149,25 @@ def _explain_pending(admin: Admin, bucket: str | None, prefix: str, limit: int =
                    f"attempts={row['attempts']}{retry} last_error={row['last_error'] or '-'}")
     if rows:
         typer.echo("  more: GET /admin/journal?state=failed; check the remote with `ferry doctor`")
+    _explain_nodes(admin, bucket, prefix)
+
+
+def _explain_nodes(admin: Admin, bucket: str | None, prefix: str, limit: int = 1000) -> None:
+    """What the wait is for: the dirty rows per node holding them, and whether that node's worker
+    (the only process that destages them) and beat are alive."""
+    rows = admin.get("/admin/journal", bucket=bucket, prefix=prefix, limit=limit)["entries"]
+    per_node = Counter(row.get("node_id") or "?" for row in rows)
+    if not per_node:
+        return
+    try:
+        lives = admin.get("/admin/workers", node=sorted(per_node))
+    except AdminError:
+        lives = {}
+    more = "+" if len(rows) >= limit else ""
+    for node, count in sorted(per_node.items()):
+        found = lives.get(node, {})
+        health = "; ".join(life["detail"] for life in found.values()) or "worker unknown (embedded mode or old gateway)"
+        typer.echo(f"  waiting on node {node}: {count}{more} writes; {health}")
 
 
 def evict(

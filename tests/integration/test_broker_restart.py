@@ -110,7 +110,15 @@ def doctor_serving(gw: GatewayProcess) -> tuple[int, list[str]]:
                              if line.startswith(("OK   worker", "OK   beat", "FAIL worker", "FAIL beat"))]
 
 
-def test_readyz_and_doctor_see_the_nodes_worker_and_beat(node: Any) -> None:
+def flush(gw: GatewayProcess, target: str) -> subprocess.CompletedProcess[str]:
+    ferry = str(Path(sys.executable).with_name("ferry"))
+    env = {k: v for k, v in gw.env().items() if not k.startswith("FERRY_")}
+    env.update(FERRY_URL=gw.endpoint, FERRY_ADMIN_TOKEN=ADMIN_TOKEN, COLUMNS="200")
+    return subprocess.run([ferry, "flush", target, "--timeout", "2"], capture_output=True, text=True, env=env,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_readyz_doctor_and_flush_see_the_nodes_worker_and_beat(node: Any, seaweed: Any) -> None:
     gw, worker, _proxy, _broker, _db = node
     _status, body = wait_for(lambda: (r := readyz(gw))[0] == 200 and r, 30, "a ready node with its worker")
     assert body["checks"]["worker"]["ok"], body
@@ -124,3 +132,9 @@ def test_readyz_and_doctor_see_the_nodes_worker_and_beat(node: Any) -> None:
     assert "worker of node node-br stale" in body["checks"]["worker"]["detail"]
     code, lines = doctor_serving(gw)
     assert code == 1 and any(line.startswith("FAIL worker: worker of node node-br stale") for line in lines), lines
+
+    bucket = str(seaweed.create_bucket(f"brh-{int(time.time() * 1000) % 10**9}"))
+    gw.client().put_object(Bucket=bucket, Key="stranded", Body=b"z")
+    out = flush(gw, f"s3://{bucket}/")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "waiting on node node-br: 1 writes; worker of node node-br stale" in out.stdout, out.stdout
