@@ -1,4 +1,4 @@
-"""``GET /admin/workers?node=...``: the liveness of each node's Celery worker and beat.
+"""``GET /admin/workers?node=...``: each node's Celery worker and beat, and its queue's depth.
 
 For ``ferry flush --wait`` and operators: a node's buffered writes are destaged only by the
 worker that consumes its queue, so "waiting" must say whether that worker is alive. Read from
@@ -22,21 +22,39 @@ class LivenessOut(Out):
     detail: str
 
 
+class NodeWorkersOut(Out):
+    worker: LivenessOut
+    beat: LivenessOut
+    queue_depth: int  # messages waiting in ferry.<node id>
+
+
+def _node(client: object, node_id: str, stale_seconds: float) -> NodeWorkersOut:
+    lives = {role: LivenessOut(alive=life.alive, age_seconds=life.age, detail=life.describe())
+             for role, life in worker_heartbeat.read(client, node_id, stale_seconds).items()}
+    return NodeWorkersOut(**lives, queue_depth=worker_heartbeat.queue_depth(client, f"ferry.{node_id}"))
+
+
 def router(container: Container, auth: Authenticator) -> APIRouter:
     api = APIRouter(prefix="/admin", tags=["health"], dependencies=auth.read())
     settings = container.settings
 
-    @api.get("/workers", response_model=dict[str, dict[str, LivenessOut]])
-    async def workers(node: list[str] = Query(default_factory=list)) -> dict[str, dict[str, LivenessOut]]:
-        """Per node id (default: this node), its worker's and beat's last heartbeat."""
+    @api.get("/workers", response_model=dict[str, NodeWorkersOut])
+    async def workers(node: list[str] = Query(default_factory=list)) -> dict[str, NodeWorkersOut]:
+        """Per node id (default: this node and every live one), its worker's and beat's last
+        heartbeat and the messages waiting in its queue."""
         if not settings.broker_url:
             return {}
-        url = settings.broker_url
+        import redis
 
-        def read() -> dict[str, dict[str, LivenessOut]]:
-            return {n: {role: LivenessOut(alive=life.alive, age_seconds=life.age, detail=life.describe())
-                        for role, life in worker_heartbeat.read_url(url, n, settings.node_stale_seconds, 3.0).items()}
-                    for n in (node or [settings.node_id])}
+        live = container.fleet.membership.live_ids() if container.fleet else ()
+        nodes = node or sorted({settings.node_id, *live})
+        client = redis.Redis.from_url(settings.broker_url, socket_timeout=3.0, socket_connect_timeout=3.0)
+
+        def read() -> dict[str, NodeWorkersOut]:
+            try:
+                return {n: _node(client, n, settings.node_stale_seconds) for n in nodes}
+            finally:
+                client.close()
 
         return await anyio.to_thread.run_sync(read)
 

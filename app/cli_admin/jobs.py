@@ -152,6 +152,19 @@ def _explain_pending(admin: Admin, bucket: str | None, prefix: str, limit: int =
     _explain_nodes(admin, bucket, prefix)
 
 
+def _workers(admin: Admin) -> Any:
+    """Each node's worker, beat and queue depth; {} in embedded mode or from a gateway without it."""
+    try:
+        return admin.get("/admin/workers")
+    except AdminError:
+        return {}
+
+
+def _liveness(life: dict[str, Any]) -> str:
+    age = life["age_seconds"]
+    return ("alive" if life["alive"] else "STALE") + (f" ({age:.0f}s ago)" if age is not None else " (never)")
+
+
 def _explain_nodes(admin: Admin, bucket: str | None, prefix: str, limit: int = 1000) -> None:
     """What the wait is for: the dirty rows per node holding them, and whether that node's worker
     (the only process that destages them) and beat are alive."""
@@ -165,8 +178,9 @@ def _explain_nodes(admin: Admin, bucket: str | None, prefix: str, limit: int = 1
         lives = {}
     more = "+" if len(rows) >= limit else ""
     for node, count in sorted(per_node.items()):
-        found = lives.get(node, {})
-        health = "; ".join(life["detail"] for life in found.values()) or "worker unknown (embedded mode or old gateway)"
+        found = lives.get(node)
+        health = (f"{found['worker']['detail']}; {found['beat']['detail']}; {found['queue_depth']} messages queued"
+                  if found else "worker unknown (embedded mode)")
         typer.echo(f"  waiting on node {node}: {count}{more} writes; {health}")
 
 
@@ -195,7 +209,7 @@ def status(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt =
     """Journal, read cache and staging jobs at a glance."""
     admin = Admin(url, token)
     data = {"journal": admin.get("/admin/journal/summary"), "cache": admin.get("/admin/cache/usage"),
-            "staging": admin.get("/admin/staging", limit=10)}
+            "staging": admin.get("/admin/staging", limit=10), "workers": _workers(admin)}
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
@@ -212,6 +226,10 @@ def status(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt =
     rows += [["tenant", t["tenant"] or t["tenant_id"], t["entries"], human(t["bytes"]),
               human(t["quota_bytes"]) if t["quota_bytes"] is not None else ""] for t in c["tenants"]]
     console.print(make_table("read cache", ["scope", "name", "entries", "bytes", "limit"], rows))
+    if data["workers"]:
+        console.print(make_table("fleet workers", ["node", "worker", "beat", "queued"],
+                                 [[n, _liveness(w["worker"]), _liveness(w["beat"]), w["queue_depth"]]
+                                  for n, w in data["workers"].items()]))
     console.print(make_table("staging jobs", ["id", "target", "state", "objects", "bytes", "percent", "eta"],
                          [[s["id"], f"s3://{s['bucket']}/{s['prefix']}", s["state"],
                            f"{s['objects_done']}/{s['objects_total']}", human(s["bytes_done"]),

@@ -55,6 +55,11 @@ def read(client: Any, node_id: str, stale_seconds: float) -> dict[str, Liveness]
     return found
 
 
+def queue_depth(client: Any, queue: str) -> int:
+    """Messages waiting in a Celery queue on Redis (kombu keeps priorities 3, 6, 9 in suffixed lists)."""
+    return sum(int(client.llen(name)) for name in (queue, *(f"{queue}\x06\x16{p}" for p in (3, 6, 9))))
+
+
 def read_url(url: str, node_id: str, stale_seconds: float, timeout: float) -> dict[str, Liveness]:
     import redis
 

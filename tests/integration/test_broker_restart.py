@@ -110,12 +110,12 @@ def doctor_serving(gw: GatewayProcess) -> tuple[int, list[str]]:
                              if line.startswith(("OK   worker", "OK   beat", "FAIL worker", "FAIL beat"))]
 
 
-def flush(gw: GatewayProcess, target: str) -> subprocess.CompletedProcess[str]:
+def ferry_cli(gw: GatewayProcess, *args: str) -> subprocess.CompletedProcess[str]:
     ferry = str(Path(sys.executable).with_name("ferry"))
     env = {k: v for k, v in gw.env().items() if not k.startswith("FERRY_")}
     env.update(FERRY_URL=gw.endpoint, FERRY_ADMIN_TOKEN=ADMIN_TOKEN, COLUMNS="200")
-    return subprocess.run([ferry, "flush", target, "--timeout", "2"], capture_output=True, text=True, env=env,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run([ferry, *args], capture_output=True, text=True, env=env, timeout=120,
+                          stdin=subprocess.DEVNULL)
 
 
 def test_readyz_doctor_and_flush_see_the_nodes_worker_and_beat(node: Any, seaweed: Any) -> None:
@@ -125,6 +125,10 @@ def test_readyz_doctor_and_flush_see_the_nodes_worker_and_beat(node: Any, seawee
     assert "worker of node node-br alive" in body["checks"]["worker"]["detail"]
     code, lines = doctor_serving(gw)
     assert [line.split(":")[0] for line in lines] == ["OK   worker", "OK   beat"], lines
+    status = ferry_cli(gw, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["workers"]["node-br"]["worker"]["alive"] is True
+    assert "fleet workers" in ferry_cli(gw, "status").stdout
 
     worker.kill()  # worker and its beat (-B): nothing consumes ferry.node-br any more
     _status, body = wait_for(lambda: (r := readyz(gw))[0] == 503 and r, 30, "readyz to see the dead worker")
@@ -135,6 +139,9 @@ def test_readyz_doctor_and_flush_see_the_nodes_worker_and_beat(node: Any, seawee
 
     bucket = str(seaweed.create_bucket(f"brh-{int(time.time() * 1000) % 10**9}"))
     gw.client().put_object(Bucket=bucket, Key="stranded", Body=b"z")
-    out = flush(gw, f"s3://{bucket}/")
+    out = ferry_cli(gw, "flush", f"s3://{bucket}/", "--timeout", "2")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "waiting on node node-br: 1 writes; worker of node node-br stale" in out.stdout, out.stdout
+    assert "messages queued" in out.stdout
+    status = json.loads(ferry_cli(gw, "status", "--json").stdout)["workers"]["node-br"]
+    assert status["worker"]["alive"] is False and status["queue_depth"] >= 1, status  # the stranded destage
