@@ -1,9 +1,9 @@
 """Readiness: can this node serve? Liveness (``/healthz``) only says the process answers.
 
-``/readyz`` checks the catalog, the broker and this node's worker and beat (fleet mode), the default remote (and its circuit
-breaker, open while the remote does not answer) and free space in the data directory, each
-with a short bound, and answers 503 when any fails, so a load balancer
-stops sending traffic to a node that would only produce errors.
+``/readyz`` checks the catalog, the broker, this node's worker and beat, its fleet port and
+peers (fleet mode), the default remote (and its circuit breaker, open while the remote does
+not answer) and free space in the data directory, each with a short bound, and answers 503
+when any fails, so a load balancer stops sending traffic to a node that would only produce errors.
 
 Probes are anonymous and frequent: an anonymous caller gets only ``{"ready": ...}`` (error
 details name hosts, buckets and paths); a caller with a ``read`` admin token gets every check.
@@ -97,6 +97,10 @@ def _probes(container: Container) -> dict[str, Callable[[], Awaitable[CheckResul
         probes["broker"] = CachedCheck(lambda: check_broker(broker_url, 3.0), ttl)
         probes["worker"] = CachedCheck(lambda: check_node_worker(broker_url, settings.node_id,
                                                                  settings.node_stale_seconds), ttl)
+    if container.fleet is not None:
+        from app.admin.fleet_probe import check_fleet
+
+        probes["fleet"] = CachedCheck(lambda: check_fleet(container), ttl)
     return probes
 
 
