@@ -34,28 +34,28 @@ def _node(client: object, node_id: str, stale_seconds: float) -> NodeWorkersOut:
     return NodeWorkersOut(**lives, queue_depth=worker_heartbeat.queue_depth(client, f"ferry.{node_id}"))
 
 
+def fleet_workers(container: Container, nodes: list[str] | None = None) -> dict[str, NodeWorkersOut]:
+    """Blocking: each node's worker, beat and queue depth ({} in embedded mode)."""
+    settings = container.settings
+    if not settings.broker_url:
+        return {}
+    import redis
+
+    live = container.fleet.membership.live_ids() if container.fleet else ()
+    client = redis.Redis.from_url(settings.broker_url, socket_timeout=3.0, socket_connect_timeout=3.0)
+    try:
+        return {n: _node(client, n, settings.node_stale_seconds) for n in (nodes or sorted({settings.node_id, *live}))}
+    finally:
+        client.close()
+
+
 def router(container: Container, auth: Authenticator) -> APIRouter:
     api = APIRouter(prefix="/admin", tags=["health"], dependencies=auth.read())
-    settings = container.settings
 
     @api.get("/workers", response_model=dict[str, NodeWorkersOut])
     async def workers(node: list[str] = Query(default_factory=list)) -> dict[str, NodeWorkersOut]:
         """Per node id (default: this node and every live one), its worker's and beat's last
         heartbeat and the messages waiting in its queue."""
-        if not settings.broker_url:
-            return {}
-        import redis
-
-        live = container.fleet.membership.live_ids() if container.fleet else ()
-        nodes = node or sorted({settings.node_id, *live})
-        client = redis.Redis.from_url(settings.broker_url, socket_timeout=3.0, socket_connect_timeout=3.0)
-
-        def read() -> dict[str, NodeWorkersOut]:
-            try:
-                return {n: _node(client, n, settings.node_stale_seconds) for n in nodes}
-            finally:
-                client.close()
-
-        return await anyio.to_thread.run_sync(read)
+        return await anyio.to_thread.run_sync(lambda: fleet_workers(container, node))
 
     return api

@@ -63,8 +63,8 @@ def node(seaweed: Any, fleet_services: Any, tmp_path: Path) -> Iterator[tuple[Ga
             PrivateRedis(tmp_path / "redis") as broker:
         env = {"FERRY_NODE_ID": "node-br", "FERRY_DATABASE_URL": db, "FERRY_BROKER_URL": broker.url,
                "FERRY_DESTAGE_BACKOFF_BASE": "0.5", "FERRY_DESTAGE_BACKOFF_CAP": "2",
-               "FERRY_SWEEP_INTERVAL": "1", "FERRY_NODE_HEARTBEAT_SECONDS": "0.5",
-               "FERRY_NODE_STALE_SECONDS": "3", "FERRY_READY_CACHE_SECONDS": "0"}
+               "FERRY_SWEEP_INTERVAL": "1", "FERRY_NODE_HEARTBEAT_SECONDS": "1",
+               "FERRY_NODE_STALE_SECONDS": "10", "FERRY_READY_CACHE_SECONDS": "0"}
         gw = GatewayProcess(proxy, tmp_path / "node", env=env).start(timeout=90)
         worker = CeleryWorker(gw)
         try:
@@ -129,9 +129,13 @@ def test_readyz_doctor_and_flush_see_the_nodes_worker_and_beat(node: Any, seawee
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["workers"]["node-br"]["worker"]["alive"] is True
     assert "fleet workers" in ferry_cli(gw, "status").stdout
+    stats = json.loads(urllib.request.urlopen(urllib.request.Request(
+        f"{gw.endpoint}/admin/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}), timeout=30).read())
+    assert [(w["node_id"], w["worker"]["alive"]) for w in stats["workers"]] == [("node-br", True)]  # the status page's
 
     worker.kill()  # worker and its beat (-B): nothing consumes ferry.node-br any more
-    _status, body = wait_for(lambda: (r := readyz(gw))[0] == 503 and r, 30, "readyz to see the dead worker")
+    _status, body = wait_for(lambda: (r := readyz(gw))[0] == 503 and "worker of node node-br stale"
+                             in r[1]["checks"]["worker"]["detail"] and r, 45, "readyz to see the dead worker")
     assert not body["checks"]["worker"]["ok"]
     assert "worker of node node-br stale" in body["checks"]["worker"]["detail"]
     code, lines = doctor_serving(gw)
