@@ -28,6 +28,7 @@ from celery import Celery
 from kombu import Queue
 
 from app.bootstrap import chore_intervals
+from app.broker_transport import TRANSPORT
 from app.config import Settings, get_settings
 from app.services.chores import CHORES
 
@@ -50,7 +51,13 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         queue = node_queue(settings.node_id) if chore.scope == "node" else SHARED_QUEUE
         schedule[f"ferry-{chore.name}"] = {"task": f"ferry.{chore.name}", "schedule": every,
                                            "options": {"queue": queue, "expires": max(every, 1.0)}}
+    # The node's liveness (app/fleet/worker_heartbeat.py): beat stamps as it sends, the worker as it runs it.
+    schedule["ferry-heartbeat"] = {"task": "ferry.heartbeat", "schedule": settings.node_heartbeat_seconds,
+                                   "options": {"queue": node_queue(settings.node_id),
+                                               "expires": max(settings.node_heartbeat_seconds, 1.0)}}
     return schedule
+
+
 def destage_limits(settings: Settings) -> tuple[float, float, float]:
     """(soft limit, hard limit, broker visibility timeout) of a destage task, in seconds.
 
@@ -75,6 +82,8 @@ def celery_app() -> Celery:
     settings.require_node_id()  # worker and beat route by it: never a hostname of their own
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     app = Celery("ferry", broker=broker)
+    if broker.startswith(("redis://", "rediss://")):
+        app.conf.broker_transport = TRANSPORT  # survives a Redis restart mid-task (app/broker_transport.py)
     soft, hard, visibility = destage_limits(settings)
     app.conf.update(
         # Production settings (docs/fleet.md, "Celery"): a message is acknowledged after its task

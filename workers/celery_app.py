@@ -15,4 +15,6 @@ from app.taskqueue import celery_app, node_queue  # noqa: E402
 __all__ = ["app", "node_queue"]
 
 app = celery_app()
+from workers import heartbeat  # noqa: E402,F401 - beat's stamp (a publish signal): beat loads this module
+
 app.conf.update(include=["workers.tasks", "workers.metrics"])

@@ -22,6 +22,7 @@ from app.bootstrap import Container, build
 from app.config import get_settings
 from app.services.chores import CHORES, Chore, run_chore
 from app.services.staging import run_staging_job
+from workers import heartbeat
 from workers.celery_app import app
 
 log = logging.getLogger("ferry.tasks")
@@ -35,6 +36,12 @@ def container() -> Container:
 @app.task(name="ferry.destage", acks_late=True, ignore_result=True)
 def destage(seq: int) -> str:
     return container().destager.destage(seq)
+
+
+@app.task(name=heartbeat.TASK, ignore_result=True)
+def node_heartbeat() -> None:
+    """This node's queue is consumed: stamp the worker's heartbeat (workers/heartbeat.py)."""
+    heartbeat.stamp("worker")
 
 
 @lru_cache(maxsize=1)

@@ -17,13 +17,13 @@ if TYPE_CHECKING:
 
 
 def include_admin(api: FastAPI, container: Container) -> Authenticator:
-    from app.admin import auth, buckets, cache, health, journal, policies, remotes, staging, tenants
+    from app.admin import auth, buckets, cache, health, journal, policies, remotes, staging, tenants, workers
     from app.admin.common import install_error_handlers
 
     install_error_handlers(api)
     authenticator = auth.Authenticator(container)
     api.include_router(health.router(container, authenticator))
     api.include_router(auth.router(container, authenticator))
-    for module in (tenants, buckets, remotes, policies, journal, cache, staging):
+    for module in (tenants, buckets, remotes, policies, journal, cache, staging, workers):
         api.include_router(module.router(container, authenticator))
     return authenticator

@@ -1,9 +1,9 @@
 """Readiness: can this node serve? Liveness (``/healthz``) only says the process answers.
 
-``/readyz`` checks the catalog, the broker (fleet mode), the default remote (and its circuit
-breaker, open while the remote does not answer) and free space in the data directory, each
-with a short bound, and answers 503 when any fails, so a load balancer
-stops sending traffic to a node that would only produce errors.
+``/readyz`` checks the catalog, the broker, this node's worker and beat, its fleet port and
+peers (fleet mode), the default remote (and its circuit breaker, open while the remote does
+not answer) and free space in the data directory, each with a short bound, and answers 503
+when any fails, so a load balancer stops sending traffic to a node that would only produce errors.
 
 Probes are anonymous and frequent: an anonymous caller gets only ``{"ready": ...}`` (error
 details name hosts, buckets and paths); a caller with a ``read`` admin token gets every check.
@@ -25,7 +25,8 @@ from fastapi.security import HTTPAuthorizationCredentials
 from app.admin.auth import Authenticator, bearer
 from app.admin.common import Out
 from app.bootstrap import Container
-from app.services.probes import CheckResult, check_broker, check_catalog, check_disk, check_remote
+from app.fleet import worker_heartbeat
+from app.services.probes import CheckResult, bounded, check_broker, check_catalog, check_disk, check_remote
 
 
 class CheckOut(Out):
@@ -68,6 +69,20 @@ async def _circuit(container: Container) -> CheckResult:
     return CheckResult(ok=state != "open", latency_ms=None, detail=f"circuit {state}")
 
 
+async def check_node_worker(url: str, node_id: str, stale_seconds: float, timeout: float = 3.0) -> CheckResult:
+    """Fleet mode: a worker consumes this node's queue and its beat runs (their heartbeats in the
+    broker, app/fleet/worker_heartbeat.py); without them the node's writes stay buffered."""
+
+    def call() -> str:
+        found = worker_heartbeat.read_url(url, node_id, stale_seconds, timeout)
+        dead = [life.describe() for life in found.values() if not life.alive]
+        if dead:
+            raise RuntimeError("; ".join(dead))
+        return "; ".join(life.describe() for life in found.values())
+
+    return await bounded(call, timeout)
+
+
 def _probes(container: Container) -> dict[str, Callable[[], Awaitable[CheckResult]]]:
     settings = container.settings
     ttl = settings.ready_cache_seconds
@@ -80,6 +95,12 @@ def _probes(container: Container) -> dict[str, Callable[[], Awaitable[CheckResul
     if settings.broker_url:
         broker_url = settings.broker_url
         probes["broker"] = CachedCheck(lambda: check_broker(broker_url, 3.0), ttl)
+        probes["worker"] = CachedCheck(lambda: check_node_worker(broker_url, settings.node_id,
+                                                                 settings.node_stale_seconds), ttl)
+    if container.fleet is not None:
+        from app.admin.fleet_probe import check_fleet
+
+        probes["fleet"] = CachedCheck(lambda: check_fleet(container), ttl)
     return probes
 
 

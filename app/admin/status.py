@@ -101,7 +101,19 @@ def stats_document(container: Container) -> dict[str, Any]:
             **_circuit(container, s),
         },
         "staging_jobs": _staging_jobs(collector),
+        "workers": _workers(container),
     }
+
+
+def _workers(container: Container) -> list[dict[str, Any]]:
+    """Each fleet node's worker, beat and queue depth ([] in embedded mode or without a broker)."""
+    from app.admin.workers import fleet_workers
+
+    try:
+        found = fleet_workers(container)
+    except Exception:  # the broker is away: the broker check of /readyz says so
+        return []
+    return [{"node_id": n, **w.model_dump()} for n, w in found.items()]
 
 
 def _requests(s: Samples) -> dict[str, Any]:

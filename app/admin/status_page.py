@@ -106,6 +106,9 @@ PAGE = """<!doctype html>
     <section><h2>Hit ratio by bucket</h2>
       <table id="buckets"><thead><tr><th>bucket</th><th>tenant</th><th>hit</th><th>miss</th><th>stale</th>
         <th>bypass</th><th>hit ratio</th></tr></thead><tbody></tbody></table></section>
+    <section><h2>Fleet workers</h2>
+      <table id="workers"><thead><tr><th>node</th><th>worker</th><th>beat</th><th>queued</th>
+        </tr></thead><tbody></tbody></table></section>
     <section><h2>Staging jobs</h2>
       <table id="jobs"><thead><tr><th>job</th><th>target</th><th>state</th><th>objects</th><th>bytes</th>
         <th>progress</th><th>running</th></tr></thead><tbody></tbody></table></section>
@@ -255,6 +258,7 @@ PAGE = """<!doctype html>
     tenants(c.tenants);
     buckets(c.by_bucket);
     jobs(d.staging_jobs);
+    workers(d.workers || []);
   }
 
   function intervalRatio(a, b) {
@@ -348,6 +352,14 @@ PAGE = """<!doctype html>
       cell(tr, bytes(j.bytes_done) + " / " + bytes(j.bytes_total));
       barCell(tr, j.bytes_total ? j.bytes_done / j.bytes_total : (j.objects_total ? j.objects_done / j.objects_total : 0));
       cell(tr, j.running_seconds === null ? "-" : secs(j.running_seconds));
+    });
+  }
+
+  function workers(rows) {
+    const life = (l) => (l.alive ? "alive" : "STALE")
+      + (l.age_seconds === null ? " (never)" : " (" + secs(l.age_seconds) + " ago)");
+    fill("workers", rows, "embedded mode: no Celery workers", (tr, w) => {
+      cell(tr, w.node_id); cell(tr, life(w.worker)); cell(tr, life(w.beat)); cell(tr, count(w.queue_depth));
     });
   }
 

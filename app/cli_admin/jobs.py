@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from typing import Annotated, Any
 
 import typer
@@ -20,6 +21,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from app.admin_client import AdminError
 from app.cli_admin.common import (
     DEFAULT_URL,
     Admin,
@@ -147,6 +149,39 @@ def _explain_pending(admin: Admin, bucket: str | None, prefix: str, limit: int =
                    f"attempts={row['attempts']}{retry} last_error={row['last_error'] or '-'}")
     if rows:
         typer.echo("  more: GET /admin/journal?state=failed; check the remote with `ferry doctor`")
+    _explain_nodes(admin, bucket, prefix)
+
+
+def _workers(admin: Admin) -> Any:
+    """Each node's worker, beat and queue depth; {} in embedded mode or from a gateway without it."""
+    try:
+        return admin.get("/admin/workers")
+    except AdminError:
+        return {}
+
+
+def _liveness(life: dict[str, Any]) -> str:
+    age = life["age_seconds"]
+    return ("alive" if life["alive"] else "STALE") + (f" ({age:.0f}s ago)" if age is not None else " (never)")
+
+
+def _explain_nodes(admin: Admin, bucket: str | None, prefix: str, limit: int = 1000) -> None:
+    """What the wait is for: the dirty rows per node holding them, and whether that node's worker
+    (the only process that destages them) and beat are alive."""
+    rows = admin.get("/admin/journal", bucket=bucket, prefix=prefix, limit=limit)["entries"]
+    per_node = Counter(row.get("node_id") or "?" for row in rows)
+    if not per_node:
+        return
+    try:
+        lives = admin.get("/admin/workers", node=sorted(per_node))
+    except AdminError:
+        lives = {}
+    more = "+" if len(rows) >= limit else ""
+    for node, count in sorted(per_node.items()):
+        found = lives.get(node)
+        health = (f"{found['worker']['detail']}; {found['beat']['detail']}; {found['queue_depth']} messages queued"
+                  if found else "worker unknown (embedded mode)")
+        typer.echo(f"  waiting on node {node}: {count}{more} writes; {health}")
 
 
 def evict(
@@ -174,7 +209,7 @@ def status(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt =
     """Journal, read cache and staging jobs at a glance."""
     admin = Admin(url, token)
     data = {"journal": admin.get("/admin/journal/summary"), "cache": admin.get("/admin/cache/usage"),
-            "staging": admin.get("/admin/staging", limit=10)}
+            "staging": admin.get("/admin/staging", limit=10), "workers": _workers(admin)}
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
@@ -191,6 +226,10 @@ def status(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt =
     rows += [["tenant", t["tenant"] or t["tenant_id"], t["entries"], human(t["bytes"]),
               human(t["quota_bytes"]) if t["quota_bytes"] is not None else ""] for t in c["tenants"]]
     console.print(make_table("read cache", ["scope", "name", "entries", "bytes", "limit"], rows))
+    if data["workers"]:
+        console.print(make_table("fleet workers", ["node", "worker", "beat", "queued"],
+                                 [[n, _liveness(w["worker"]), _liveness(w["beat"]), w["queue_depth"]]
+                                  for n, w in data["workers"].items()]))
     console.print(make_table("staging jobs", ["id", "target", "state", "objects", "bytes", "percent", "eta"],
                          [[s["id"], f"s3://{s['bucket']}/{s['prefix']}", s["state"],
                            f"{s['objects_done']}/{s['objects_total']}", human(s["bytes_done"]),

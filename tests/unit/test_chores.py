@@ -197,7 +197,7 @@ def test_fleet_mode_routes_node_chores_to_the_node_and_shared_ones_to_the_shared
                       "ferry.cache-orphans": "ferry.n-1", "ferry.cache-scrub": "ferry.n-1",
                       "ferry.cache-revalidation": "ferry.n-1", "ferry.compact": SHARED_QUEUE,
                       "ferry.remote-uploads": SHARED_QUEUE,
-                      "ferry.staging-recovery": "ferry.n-1"}
+                      "ferry.staging-recovery": "ferry.n-1", "ferry.heartbeat": "ferry.n-1"}
     assert schedule["ferry-compact"]["schedule"] == 6.0  # a tenth of the retention
     no_history = beat_schedule(settings.model_copy(update={"journal_retention_seconds": 0,
                                                            "cache_revalidate_interval": 0}))
