@@ -1,0 +1,139 @@
+"""Acknowledged writes that must arrive (issue 25, "data that disappears or never arrives"),
+against a real SeaweedFS.
+
+- A superseded row whose parts were copied ahead aborts that remote upload best effort: during
+  an outage the abort fails quietly (the remote-uploads chore removes the orphan later), and the
+  row is superseded at once instead of raising out of the destage and waiting for its lease.
+- The destage's fence (a single PutObject conditional on what the remote held under the lease)
+  never turns a writable key into a stuck one: SeaweedFS refuses any conditional write of a key
+  that names a directory (``p/a/`` while ``p/a/b`` exists, ``q/a`` while ``q/a/`` is a directory)
+  with 412, although the plain PUT is stored. Ferry's write-back ends where SeaweedFS directly does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_write_order import _journal_put, _remote_store
+from tests.support.counting_proxy import CountingProxy
+from tests.support.gateway import GatewayProcess, free_port, remote_client
+from tests.support.seaweed import SeaweedServer
+
+
+@pytest.fixture
+def journal_and_store(tmp_path: Path) -> tuple[Any, Any]:
+    from app.adapters.blobstore import BlobStore
+    from app.adapters.catalog.engine import make_engine
+    from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'ferry.db'}"
+    upgrade(url)
+    return Journal(make_engine(url), "node-a"), BlobStore(tmp_path / "data", fsync=False)
+
+
+@pytest.fixture(params=["unreachable", "answers-503"])
+def remote_down(request: pytest.FixtureRequest, seaweed: SeaweedServer) -> Iterator[Any]:
+    """A RemoteStore whose remote is down: nothing listens, or every request gets a 503."""
+    from app.adapters.remote import RemoteConfig, RemoteStore
+
+    if request.param == "unreachable":
+        yield RemoteStore(RemoteConfig(f"http://127.0.0.1:{free_port()}", "us-east-1", "k", "s",
+                                       connect_timeout=1, max_attempts=1))
+        return
+    with CountingProxy(seaweed) as proxy:
+        proxy.fail_with = 503
+        yield RemoteStore(RemoteConfig(proxy.endpoint, "us-east-1", seaweed.access_key, seaweed.secret_key,
+                                       max_attempts=1))
+
+
+def test_a_superseded_rows_upload_abort_during_an_outage_does_not_fail_the_destage(
+        journal_and_store: tuple[Any, Any], remote_down: Any) -> None:
+    from app.adapters.catalog.tables import ObjectVersion
+    from app.domain.states import VersionState
+    from app.services.destage import Destager
+
+    journal, store = journal_and_store
+    older = _journal_put(journal, store, "bucket", "ckpt", b"older")
+    # The older row's parts were being copied ahead to a remote upload (eager parts).
+    with journal.sessions.begin() as s:
+        s.get(ObjectVersion, older.seq).remote_upload_id = "upload-copied-ahead"
+    _journal_put(journal, store, "bucket", "ckpt", b"newer")
+    destager = Destager(journal, store, remote_down, lease_seconds=30)
+    assert destager.destage(older.seq) == "superseded"
+    assert journal.get(older.seq).state is VersionState.SUPERSEDED
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def _remote_objects(client: Any, bucket: str, prefix: str) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            out[item["Key"][len(prefix):]] = client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+    return out
+
+
+# Sequences of writes (key, body; None: delete) whose later write names a directory on SeaweedFS.
+DIRECTORY_SEQUENCES = {
+    "folder-marker-over-a-directory": [("a/b", b"x"), ("a/", b"")],
+    "file-next-to-a-folder-marker": [("a/", b""), ("a", b"y")],
+    "file-next-to-a-directory": [("a/b/", b""), ("a/b/c", b"x"), ("a/b", b"y")],
+    "folder-marker-deleted-under-a-directory": [("a/b", b"x"), ("a/", b""), ("a/", None)],
+}
+
+
+@pytest.mark.parametrize("sequence", list(DIRECTORY_SEQUENCES), ids=list(DIRECTORY_SEQUENCES))
+def test_write_back_ends_where_seaweedfs_directly_does(gateway: GatewayProcess, seaweed: SeaweedServer,
+                                                       bucket: str, sequence: str) -> None:
+    """Each write destaged on its own (flush after each), as a client writing SeaweedFS directly."""
+    direct, through = f"direct-{uuid.uuid4().hex[:8]}/", f"ferry-{uuid.uuid4().hex[:8]}/"
+    remote, client = remote_client(seaweed), gateway.client()
+    for key, body in DIRECTORY_SEQUENCES[sequence]:
+        if body is None:
+            remote.delete_object(Bucket=bucket, Key=direct + key)
+            client.delete_object(Bucket=bucket, Key=through + key)
+        else:
+            remote.put_object(Bucket=bucket, Key=direct + key, Body=body)
+            client.put_object(Bucket=bucket, Key=through + key, Body=body)
+        result = gateway.flush(bucket, through, timeout=20)
+        assert result["durable"] and not result["failed"], (key, result)
+    expected = _remote_objects(remote, bucket, direct)
+    assert _remote_objects(remote, bucket, through) == expected
+
+
+def test_the_fence_still_refuses_a_write_that_landed_meanwhile(journal_and_store: tuple[Any, Any],
+                                                                seaweed: SeaweedServer, bucket: str) -> None:
+    """The fallback for a directory's 412 applies only when the key still holds no object: a
+    write that landed between the HEAD and the PUT keeps the refusal (the row retries)."""
+    from app.domain.errors import S3Error
+    from app.services.destage import spec_of, upload
+
+    journal, store = journal_and_store
+    key = f"raced-{uuid.uuid4().hex[:8]}"
+    row = _journal_put(journal, store, bucket, key, b"ours")
+    real = _remote_store(seaweed)
+
+    class LandsFirst:
+        """The remote, where another write of the key lands right after the fence's HEAD."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def current_etag(self, b: str, k: str) -> str | None:
+            found = real.current_etag(b, k)
+            remote_client(seaweed).put_object(Bucket=b, Key=k, Body=b"theirs")
+            return found
+
+    with pytest.raises(S3Error) as info:
+        upload(LandsFirst(), store, spec_of(row), conditional=True)
+    assert info.value.code == "PreconditionFailed"
+    assert remote_client(seaweed).get_object(Bucket=bucket, Key=key)["Body"].read() == b"theirs"
