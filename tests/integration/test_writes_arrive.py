@@ -137,3 +137,22 @@ def test_the_fence_still_refuses_a_write_that_landed_meanwhile(journal_and_store
         upload(LandsFirst(), store, spec_of(row), conditional=True)
     assert info.value.code == "PreconditionFailed"
     assert remote_client(seaweed).get_object(Bucket=bucket, Key=key)["Body"].read() == b"theirs"
+
+
+def test_a_flush_keeps_the_attempts_of_a_row_that_cannot_succeed(journal_and_store: tuple[Any, Any],
+                                                                  seaweed: SeaweedServer) -> None:
+    """The flush retries a failed row once more; it ends FAILED again, attempts counted, error
+    kept (before, the flush reset its attempts: ``flush --wait`` waited on it for ever)."""
+    from app.domain.states import VersionState
+    from app.services.destage import Destager
+
+    journal, store = journal_and_store
+    row = _journal_put(journal, store, f"gone-{uuid.uuid4().hex[:8]}", "k", b"never arrives")  # no such bucket
+    destager = Destager(journal, store, _remote_store(seaweed), max_attempts=2, backoff_base=0.0, backoff_cap=0.0)
+    assert [destager.destage(row.seq) for _ in range(2)] == ["retry", "failed"]
+    for flush in (1, 2):
+        assert journal.retry_now(include_failed=True) == 1  # what the flush does first
+        assert destager.destage(row.seq) == "failed", flush
+        after = journal.get(row.seq)
+        assert after.state is VersionState.FAILED and after.attempts == 2 + flush
+        assert "NoSuchBucket" in (after.last_error or "")
