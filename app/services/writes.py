@@ -31,6 +31,7 @@ class WritesService(ConditionalWrites):
                          metadata: dict[str, str], expected: ExpectedDigests,
                          conditions: WriteConditions = NO_WRITE_CONDITIONS) -> PutResult:
         self._check_key(bucket, key)
+        self._check_content(bucket, content_headers)
         with self.acks.held():
             return await self._put(bucket, key, body, content_headers, metadata, expected, conditions)
 
@@ -157,7 +158,9 @@ class WritesService(ConditionalWrites):
         if source.size > MAX_PUT_SIZE:
             raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
                           "allowable size for a copy source: 5368709120")
-        if not replace:
+        if replace:
+            self._check_content(bucket, content_headers)
+        else:
             content_headers, metadata = dict(source.content_headers), dict(source.metadata)
         mode = self._mode_for(bucket, key)
         async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:

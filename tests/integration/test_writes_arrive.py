@@ -156,3 +156,41 @@ def test_a_flush_keeps_the_attempts_of_a_row_that_cannot_succeed(journal_and_sto
         after = journal.get(row.seq)
         assert after.state is VersionState.FAILED and after.attempts == 2 + flush
         assert "NoSuchBucket" in (after.last_error or "")
+
+
+def _with_expires(client: Any, value: str) -> Any:
+    """The client sends this raw ``Expires`` on every write (boto3 takes only datetimes)."""
+    def add(request: Any, **_: Any) -> None:
+        request.headers["Expires"] = value
+    for op in ("PutObject", "CreateMultipartUpload", "CopyObject"):
+        client.meta.events.register_first(f"before-sign.s3.{op}", add)
+    return client
+
+
+@pytest.mark.parametrize("value", ["notadate", "0", "2015-10-21T07:28:00Z", "Wed, 1 Oct 2015 07:28:00 GMT"])
+def test_an_expires_seaweedfs_refuses_is_refused_at_the_door(gateway: GatewayProcess, seaweed: SeaweedServer,
+                                                            bucket: str, value: str) -> None:
+    """SeaweedFS answers 400 MalformedDate to these: so does Ferry, before acknowledging."""
+    from botocore.exceptions import ClientError
+
+    client, remote = _with_expires(gateway.client(), value), _with_expires(remote_client(seaweed), value)
+    key = f"exp-{uuid.uuid4().hex[:8]}"
+    answers = []
+    for c in (remote, client):
+        for call in (lambda c=c: c.put_object(Bucket=bucket, Key=key, Body=b"x"),
+                     lambda c=c: c.create_multipart_upload(Bucket=bucket, Key=key)):
+            with pytest.raises(ClientError) as info:
+                call()
+            answers.append((info.value.response["ResponseMetadata"]["HTTPStatusCode"],
+                            info.value.response["Error"]["Code"]))
+    assert answers == [(400, "MalformedDate")] * 4
+    assert gateway.flush(bucket, key, timeout=20)["durable"]
+
+
+def test_an_http_date_expires_is_stored(gateway: GatewayProcess, seaweed: SeaweedServer, bucket: str) -> None:
+    value = "wed, 21 oct 2015 07:28:00 GMT"  # any case, as SeaweedFS takes it
+    client = _with_expires(gateway.client(), value)
+    client.put_object(Bucket=bucket, Key="exp-ok", Body=b"x")
+    assert gateway.flush(bucket, "exp-ok", timeout=20)["durable"]
+    head = remote_client(seaweed).head_object(Bucket=bucket, Key="exp-ok")
+    assert head["ResponseMetadata"]["HTTPHeaders"]["expires"] == value
