@@ -194,3 +194,28 @@ def test_an_http_date_expires_is_stored(gateway: GatewayProcess, seaweed: Seawee
     assert gateway.flush(bucket, "exp-ok", timeout=20)["durable"]
     head = remote_client(seaweed).head_object(Bucket=bucket, Key="exp-ok")
     assert head["ResponseMetadata"]["HTTPHeaders"]["expires"] == value
+
+
+@pytest.mark.parametrize(("headers", "status", "code"), [
+    ({}, 400, "InvalidRequest"),
+    ({"Content-MD5": "1B2M2Y8AsgTpgAmY7PhCfg=="}, 400, "BadDigest"),  # the MD5 of an empty body
+    ({"x-amz-checksum-crc32": "AAAAAA=="}, 400, "BadDigest"),
+    ("md5", 200, None),
+], ids=["none", "wrong-md5", "wrong-crc32", "right-md5"])
+def test_delete_objects_needs_a_content_md5_or_checksum(gateway: GatewayProcess, bucket: str, headers: Any,
+                                                        status: int, code: str | None) -> None:
+    """S3: 'Missing required header for this request: Content-MD5' (x-amz-checksum-* also does)."""
+    import base64
+    import re
+
+    from tests.integration.test_s3_auth_payloads import signed_request
+
+    body = b'<Delete><Object><Key>gone</Key></Object></Delete>'
+    if headers == "md5":
+        headers = {"Content-MD5": base64.b64encode(hashlib.md5(body).digest()).decode()}
+    got, _, answer = signed_request(gateway, "POST", f"/{bucket}?delete", body, headers)
+    assert got == status, answer
+    if code:
+        assert re.search(rb"<Code>(\w+)</Code>", answer).group(1).decode() == code
+        if not headers:
+            assert b"Missing required header for this request: Content-MD5" in answer
