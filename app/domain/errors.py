@@ -104,3 +104,12 @@ class CatalogUnavailable(S3Error):
 
     def __init__(self) -> None:
         super().__init__("ServiceUnavailable", "The gateway's catalog database is unreachable; please retry.")
+
+
+class CatalogFull(S3Error):
+    """The SQLite catalog's disk is full ("database or disk is full"): a write that carries no
+    body (DELETE, CreateMultipartUpload, a 0-byte PUT) is refused like a body that does not fit,
+    503 SlowDown with Retry-After, never a 500."""
+
+    def __init__(self) -> None:
+        super().__init__("SlowDown", "The data directory's disk is full; retry later.", headers={"Retry-After": "5"})

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_write_order import _journal_put, _remote_store
+from tests.reliability.test_disk_full import small_disk  # noqa: F401 - the fixture
 from tests.support.counting_proxy import CountingProxy
 from tests.support.gateway import GatewayProcess, free_port, remote_client
 from tests.support.seaweed import SeaweedServer
@@ -219,3 +220,35 @@ def test_delete_objects_needs_a_content_md5_or_checksum(gateway: GatewayProcess,
         assert re.search(rb"<Code>(\w+)</Code>", answer).group(1).decode() == code
         if not headers:
             assert b"Missing required header for this request: Content-MD5" in answer
+
+
+def test_bodiless_writes_on_a_full_disk_answer_slowdown(seaweed: SeaweedServer, small_disk: Path) -> None:  # noqa: F811
+    """DELETE, CreateMultipartUpload and a 0-byte PUT write only the SQLite journal: once its disk
+    is full they answer 503 SlowDown with Retry-After, as bodies do (was: 500 'database or disk
+    is full')."""
+    import subprocess
+
+    from botocore.exceptions import ClientError
+
+    env = {"FERRY_DISK_RESERVE_BYTES": "0", "FERRY_DISK_RESERVE_RATIO": "0"}
+    with GatewayProcess(seaweed, small_disk / "gw", env=env) as gw:
+        client = gw.client(retries={"max_attempts": 1})
+        name = f"full-{uuid.uuid4().hex[:8]}"
+        client.create_bucket(Bucket=name)
+        subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'filler'}", "bs=1M"], capture_output=True)
+        calls = (lambda i: client.delete_object(Bucket=name, Key=f"d{i}"),
+                 lambda i: client.create_multipart_upload(Bucket=name, Key=f"m{i}"),
+                 lambda i: client.put_object(Bucket=name, Key=f"z{i}", Body=b""))
+        answers: set[tuple[int, str]] = set()
+        for i in range(300):
+            for call in calls:
+                try:
+                    call(i)
+                except ClientError as exc:
+                    meta = exc.response["ResponseMetadata"]
+                    answers.add((meta["HTTPStatusCode"], exc.response["Error"]["Code"]))
+                    if meta["HTTPStatusCode"] == 503:
+                        assert meta["HTTPHeaders"].get("retry-after"), exc.response
+            if answers:
+                break
+        assert answers == {(503, "SlowDown")}, (answers, gw.log_tail())
