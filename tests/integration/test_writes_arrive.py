@@ -252,3 +252,24 @@ def test_bodiless_writes_on_a_full_disk_answer_slowdown(seaweed: SeaweedServer, 
             if answers:
                 break
         assert answers == {(503, "SlowDown")}, (answers, gw.log_tail())
+
+
+@pytest.mark.parametrize("file_state", ["buffered", "on-the-remote"])
+def test_a_folder_marker_over_a_file_is_refused_as_seaweedfs_does(gateway: GatewayProcess, seaweed: SeaweedServer,
+                                                                  bucket: str, file_state: str) -> None:
+    """SeaweedFS answers ``a/`` over a file ``a`` with 409 ExistingObjectIsFile; Ferry said 200 and
+    the row failed at every destage. Now the same 409, whether ``a`` is still buffered or not."""
+    from botocore.exceptions import ClientError
+
+    direct, through = f"direct-{uuid.uuid4().hex[:8]}/a", f"ferry-{uuid.uuid4().hex[:8]}/a"
+    remote, client = remote_client(seaweed), gateway.client()
+    answers = []
+    for c, key in ((remote, direct), (client, through)):
+        c.put_object(Bucket=bucket, Key=key, Body=b"file")
+        if file_state == "on-the-remote" and c is client:
+            assert gateway.flush(bucket, key, timeout=20)["durable"]
+        with pytest.raises(ClientError) as info:
+            c.put_object(Bucket=bucket, Key=key + "/", Body=b"")
+        answers.append((info.value.response["ResponseMetadata"]["HTTPStatusCode"], info.value.response["Error"]["Code"]))
+    assert answers == [(409, "ExistingObjectIsFile")] * 2
+    assert gateway.flush(bucket, through, timeout=20)["durable"]
