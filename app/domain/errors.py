@@ -24,6 +24,7 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "BucketNotEmpty": (409, "The bucket you tried to delete is not empty."),
     "EntityTooLarge": (400, "Your proposed upload exceeds the maximum allowed object size."),
     "EntityTooSmall": (400, "Your proposed upload is smaller than the minimum allowed object size."),
+    "ExistingObjectIsFile": (409, "Existing Object is a file."),  # SeaweedFS's, for 'a/' over a file 'a'
     "ExpiredToken": (400, "The provided token has expired."),
     "IncompleteBody": (400, "You did not provide the number of bytes specified by the Content-Length HTTP header."),
     "InternalError": (500, "We encountered an internal error. Please try again."),
@@ -39,6 +40,7 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "MaxMessageLengthExceeded": (400, "Your request was too big."),
     "InvalidStorageClass": (400, "The storage class you specified is not valid."),
     "KeyTooLongError": (400, "Your key is too long."),
+    "MalformedDate": (400, "Invalid date format header, expected to be in ISO8601, RFC1123 or RFC1123Z time format."),
     "MalformedACLError": (400, "The XML you provided was not well-formed or did not validate against our published schema"),
     "MalformedXML": (400, "The XML you provided was not well-formed or did not validate against our published schema."),
     "MalformedTrailerError": (400, "The request contained trailing data that was not well-formed."),
@@ -102,3 +104,12 @@ class CatalogUnavailable(S3Error):
 
     def __init__(self) -> None:
         super().__init__("ServiceUnavailable", "The gateway's catalog database is unreachable; please retry.")
+
+
+class CatalogFull(S3Error):
+    """The SQLite catalog's disk is full ("database or disk is full"): a write that carries no
+    body (DELETE, CreateMultipartUpload, a 0-byte PUT) is refused like a body that does not fit,
+    503 SlowDown with Retry-After, never a 500."""
+
+    def __init__(self) -> None:
+        super().__init__("SlowDown", "The data directory's disk is full; retry later.", headers={"Retry-After": "5"})

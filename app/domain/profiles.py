@@ -21,12 +21,14 @@ class RemoteProfile:
     path_keys: bool  # keys are filesystem paths: no '//', leading '/', '\\', '.'/'..', segments <= 255 bytes
     empty_folders: bool  # a key ending in '/' is a directory: it cannot hold bytes
     ordered_listing: bool  # LIST pages are in S3's byte order: a key absent from a page's span is gone
+    http_date_expires: bool  # Expires must be an HTTP date ('Wed, 21 Oct 2015 07:28:00 GMT') or is refused
     description: str
 
 
-AWS = RemoteProfile("aws", path_keys=False, empty_folders=False, ordered_listing=True,
+AWS = RemoteProfile("aws", path_keys=False, empty_folders=False, ordered_listing=True, http_date_expires=False,
                     description="AWS S3 (and stores that keep keys as opaque strings): every key S3 accepts")
 SEAWEEDFS = RemoteProfile("seaweedfs", path_keys=True, empty_folders=True, ordered_listing=False,
+                          http_date_expires=True,
                           description="a filesystem-backed store (SeaweedFS, MinIO): keys are paths")
 
 PROFILES: dict[str, RemoteProfile] = {p.name: p for p in (AWS, SEAWEEDFS)}

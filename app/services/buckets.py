@@ -58,7 +58,8 @@ class BucketsService(GatewayCore):
             for upload in uploads:
                 await self._abort_for_bucket(bucket, upload.key, upload.upload_id)
         await self._run(self.remote.delete_bucket, bucket)
-        await self.tenancy.deleted(bucket)
+        await self.tenancy.deleted(bucket)  # its policies and staging jobs go with its owner
+        self.policies.invalidate()  # other processes see the rules gone at their next refresh
 
     async def _abort_for_bucket(self, bucket: str, key: str, upload_id: str) -> None:
         """Abort one upload of a bucket being deleted; one being completed makes it not empty.

@@ -17,6 +17,7 @@ import anyio.to_thread
 
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
+from app.domain.expires import validate_expires
 from app.domain.names import validate_key, validate_object_size
 from app.domain.policy import Policy
 from app.domain.versions import BlobRef, Replica, VersionRow
@@ -128,6 +129,11 @@ class GatewayCore:
         """S3's key rules, plus those of the bucket's remote (its capability profile): a key the
         remote would rename or refuse is refused before a write-back write is acknowledged."""
         validate_key(key, self.remote.profile(bucket))
+
+    def _check_content(self, bucket: str, content_headers: dict[str, str]) -> None:
+        """Content headers the bucket's remote would refuse (an Expires that is no HTTP date
+        on SeaweedFS) are refused before a write-back write is acknowledged."""
+        validate_expires(content_headers, self.remote.profile(bucket))
 
     def _check_size(self, bucket: str, key: str, size: int) -> None:
         """A folder key ('.../') holds no bytes on a filesystem-backed remote."""

@@ -127,9 +127,25 @@ def _expectation(remote: RemotePort, bucket: str, key: str) -> dict[str, str]:
 
 def _put_single(remote: RemotePort, store: BlobPort, spec: UploadSpec, conditional: bool,
                 fence: Callable[[], bool] | None = None) -> str:
+    condition = _expectation(remote, spec.bucket, spec.key) if conditional else {}
+    try:
+        return _send_put(remote, store, spec, condition, fence)
+    except S3Error as err:
+        if not (condition.get("if_none_match") and err.code == "PreconditionFailed"):
+            raise
+        if remote.current_etag(spec.bucket, spec.key) is not None:
+            raise  # an object landed meanwhile: the fence did its job
+        # Still no object, yet "If-None-Match: *" refused: the key names a directory on a
+        # filesystem-backed remote (SeaweedFS refuses every conditional write of ``a/`` while
+        # ``a/b`` exists, and of ``a`` while ``a/`` does), where the plain PUT is stored. The
+        # lease, renewed right before it, still fences this one request.
+        return _send_put(remote, store, spec, {}, fence)
+
+
+def _send_put(remote: RemotePort, store: BlobPort, spec: UploadSpec, condition: dict[str, str],
+              fence: Callable[[], bool] | None) -> str:
     piece = spec.blobs[0] if spec.blobs else None
     md5_b64 = base64.b64encode(bytes.fromhex(spec.etag)).decode()
-    condition = _expectation(remote, spec.bucket, spec.key) if conditional else {}
     _fenced(fence, spec.bucket, spec.key, "PutObject")
     with contextlib.ExitStack() as stack:
         if piece is None or piece.inline:

@@ -54,6 +54,7 @@ class MultipartService(ConditionalWrites):
                             content_headers: dict[str, str], metadata: dict[str, str],
                             checksum_algorithm: str | None, checksum_type: str | None = None) -> UploadInfo:
         self._check_key(bucket, key)
+        self._check_content(bucket, content_headers)
         self._mode_for(bucket, key)  # a read-only mapping refuses the upload up front
         await self._check_bucket(bucket)
         upload_id = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")

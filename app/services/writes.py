@@ -11,6 +11,7 @@ from app.domain.errors import S3Error
 from app.domain.objects import (
     ObjectMeta,
 )
+from app.domain.states import VersionState
 from app.domain.versions import INLINE_BLOB, BlobRef, Replica, VersionRow
 from app.services.bodies import (
     MAX_PUT_SIZE,
@@ -23,6 +24,8 @@ from app.services.bodies import (
 from app.services.conditional import ConditionalWrites
 from app.services.writemode import WriteMode
 
+PENDING_STATES = frozenset({VersionState.BUFFERED, VersionState.DESTAGING, VersionState.FAILED})
+
 
 class WritesService(ConditionalWrites):
     """PutObject, CopyObject, DeleteObject(s)."""
@@ -31,8 +34,31 @@ class WritesService(ConditionalWrites):
                          metadata: dict[str, str], expected: ExpectedDigests,
                          conditions: WriteConditions = NO_WRITE_CONDITIONS) -> PutResult:
         self._check_key(bucket, key)
+        self._check_content(bucket, content_headers)
+        await self._check_folder_marker(bucket, key)
         with self.acks.held():
             return await self._put(bucket, key, body, content_headers, metadata, expected, conditions)
+
+    async def _check_folder_marker(self, bucket: str, key: str) -> None:
+        """A folder marker ``a/`` over a file ``a``: SeaweedFS refuses it (409 ExistingObjectIsFile,
+        measured), so it is refused here before a write-back write is acknowledged. The file is a
+        pending row of the journal or, without one, the remote's object; a remote that does not
+        answer cannot say, and the write goes on."""
+        if not key.endswith("/") or len(key) < 2 or not self.remote.profile(bucket).empty_folders:
+            return
+        parent = key[:-1]
+        newest = await self._run(self.journal.newest, bucket, parent)
+        if newest is not None and newest.state in PENDING_STATES:
+            exists = not newest.is_delete
+        else:
+            try:
+                exists = await self._run(self.remote.current_etag, bucket, parent) is not None
+            except S3Error as err:
+                if err.status < 500:
+                    raise
+                return
+        if exists:
+            raise S3Error("ExistingObjectIsFile", Key=key, BucketName=bucket)
 
     async def _put(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
                    metadata: dict[str, str], expected: ExpectedDigests, conditions: WriteConditions) -> PutResult:
@@ -157,7 +183,9 @@ class WritesService(ConditionalWrites):
         if source.size > MAX_PUT_SIZE:
             raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
                           "allowable size for a copy source: 5368709120")
-        if not replace:
+        if replace:
+            self._check_content(bucket, content_headers)
+        else:
             content_headers, metadata = dict(source.content_headers), dict(source.metadata)
         mode = self._mode_for(bucket, key)
         async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:

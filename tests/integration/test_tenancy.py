@@ -231,3 +231,27 @@ def test_a_missing_bucket_is_no_such_bucket_for_every_tenant(gw: GatewayProcess)
         tenant.head_bucket(Bucket=missing)
     assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
     assert missing not in names(gw.client())
+
+
+def test_a_new_owner_of_a_deleted_buckets_name_gets_none_of_the_old_owners_rules_or_jobs(
+        gw: GatewayProcess) -> None:
+    """Tenant A's read-only rule and staging job on its bucket go with the bucket: tenant B,
+    creating the same name afterwards, can write to it and sees neither (issue 25)."""
+    a, b = new_tenant(gw), new_tenant(gw)
+    name = uid("reused")
+    a.create_bucket(Bucket=name)
+    with admin(gw) as api:
+        rule = api.post("/admin/policies", json={"bucket": name, "prefix": "", "mode": "read-only"})
+        job = api.post("/admin/staging", json={"bucket": name})
+        assert rule.status_code == 201 and job.status_code == 201, (rule.text, job.text)
+    denied(lambda: a.put_object(Bucket=name, Key="k", Body=b"A"))  # the rule holds for A
+    a.delete_bucket(Bucket=name)
+    b.create_bucket(Bucket=name)
+    b.put_object(Bucket=name, Key="k", Body=b"B's data")  # not A's read-only rule
+    assert b.get_object(Bucket=name, Key="k")["Body"].read() == b"B's data"
+    with admin(gw) as api:
+        assert [r for r in api.get("/admin/policies").json() if r["bucket"] == name] == []
+        assert [j for j in api.get("/admin/staging").json() if j["bucket"] == name] == []
+        assert api.get(f"/admin/policies/{rule.json()['id']}").status_code == 404
+        assert api.get(f"/admin/staging/{job.json()['id']}").status_code == 404
+    b.delete_object(Bucket=name, Key="k")

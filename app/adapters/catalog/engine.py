@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from app.domain.errors import CatalogUnavailable
+from app.domain.errors import CatalogFull, CatalogUnavailable
 
 
 def make_engine(url: str, *, pool_size: int = 10, synchronous: str = "FULL") -> Engine:
@@ -31,6 +32,7 @@ def make_engine(url: str, *, pool_size: int = 10, synchronous: str = "FULL") -> 
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
+        event.listen(engine, "handle_error", _disk_full)
         return engine
     engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
     event.listen(engine, "handle_error", _unavailable)
@@ -45,3 +47,14 @@ def _unavailable(ctx: ExceptionContext) -> None:
         return  # the pool replaces a dropped connection by itself: no outage, nothing to say
     if ctx.is_disconnect or isinstance(ctx.sqlalchemy_exception, (OperationalError, InterfaceError)):
         raise CatalogUnavailable() from ctx.original_exception
+
+
+_SQLITE_FULL = 13
+
+
+def _disk_full(ctx: ExceptionContext) -> None:
+    """SQLite's "database or disk is full" becomes ``CatalogFull`` (503 SlowDown, Retry-After)."""
+    original = ctx.original_exception
+    if isinstance(original, sqlite3.OperationalError) and (
+            getattr(original, "sqlite_errorcode", None) == _SQLITE_FULL or "disk is full" in str(original)):
+        raise CatalogFull() from original

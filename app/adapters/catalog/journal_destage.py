@@ -141,14 +141,17 @@ class DestageMoves:
                              next_attempt_at=now, last_error="destage lease expired (worker lost)")
 
     def retry_now(self, bucket: str | None = None, prefix: str = "", include_failed: bool = True) -> int:
-        """Make buffered (and failed) rows due immediately: the flush and retry buttons. Buffered
-        rows stay buffered (no move, state not written); failed ones move FAILED -> BUFFERED."""
+        """Make buffered (and failed) rows due immediately: the flush. Buffered rows stay buffered
+        (no move, state not written); failed ones move FAILED -> BUFFERED. Attempts are kept: a
+        row that cannot succeed gets one more try and is FAILED again with its error, instead of
+        a fresh set of attempts at every flush (``flush --wait`` would wait on it for ever). The
+        operator's retry of one row (``JournalQueries.retry``) is what starts its count anew."""
         cond: list[Any] = []
         if bucket:
             cond.append(ObjectVersion.bucket == bucket)
         if prefix:
             cond.append(and_(ObjectVersion.key >= prefix, ObjectVersion.key < prefix + "\U0010ffff"))
-        reset = {"next_attempt_at": 0.0, "attempts": 0, "generation": ObjectVersion.generation + 1}
+        reset = {"next_attempt_at": 0.0, "generation": ObjectVersion.generation + 1}
         with self.sessions.begin() as s:
             conn = s.connection()
             # Buffered first, so rows the second statement moves are not counted (or bumped) twice.

@@ -14,7 +14,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
 from app.adapters.catalog.errors import NotFound
-from app.adapters.catalog.tables import BucketOwner, Tenant
+from app.adapters.catalog.tables import BucketOwner, StagingJob, Tenant
+from app.adapters.catalog.tables import Policy as PolicyRow
 from app.domain.owners import OwnerMap
 
 
@@ -65,9 +66,13 @@ class OwnerRepo:
             return owner
 
     def release(self, bucket: str) -> None:
-        """Forget the owner (the bucket was deleted): a new bucket of that name starts unowned."""
+        """Forget the owner (the bucket was deleted) with the bucket's policies and staging jobs,
+        in one transaction: a new bucket of that name starts unowned, and its new owner never
+        gets the old owner's rules (a read-only rule refusing its writes) nor sees its jobs."""
         with self.sessions.begin() as s:
             s.execute(delete(BucketOwner).where(BucketOwner.bucket == bucket))
+            s.execute(delete(PolicyRow).where(PolicyRow.bucket == bucket))
+            s.execute(delete(StagingJob).where(StagingJob.bucket == bucket))
 
     def assign(self, bucket: str, tenant: str) -> tuple[OwnerInfo, bool]:
         """Give the bucket to the named tenant (the admin API); True when it had no owner."""

@@ -78,6 +78,10 @@ class MultipartOps:
             kwargs.update(KeyMarker=resp["NextKeyMarker"], UploadIdMarker=resp.get("NextUploadIdMarker", ""))
 
     def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
-        with translate_errors(bucket, key), contextlib.suppress(S3Error):
+        """Best effort: an upload the remote does not abort now (gone already, or the remote
+        down) is an orphan that the remote-uploads chore removes later, never a failure of the
+        caller. ``suppress`` is outside ``translate_errors``: what it suppresses is the S3Error
+        that boto3's failure becomes (inside, a boto3 failure would pass it by)."""
+        with contextlib.suppress(S3Error), translate_errors(bucket, key):
             self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
 

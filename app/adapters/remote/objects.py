@@ -160,7 +160,10 @@ class ObjectOps:
             if err.code == "NoSuchKey":
                 return None
             raise
-        return str(resp.get("ETag", "")).strip('"')
+        etag = str(resp.get("ETag", "")).strip('"')
+        # A multipart ETag of 0 parts is no object (S3 needs one part at least): SeaweedFS answers
+        # a HEAD of ``a/`` so while ``a/b`` exists (an implicit directory). Nothing to match.
+        return None if etag.endswith("-0") else etag
 
     def conditional_writes(self, bucket: str) -> bool:
         """Whether the remote honours If-Match on PutObject and DeleteObject, probed once per

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.objects import ListPage
 from app.s3 import xml
-from app.s3.handlers.common import check_encoding, encode_name, int_arg
+from app.s3.handlers.common import check_encoding, encode_name, expected_digests, int_arg
 from app.s3.request import S3Request
 from app.s3.response import Response
 from app.s3.tokens import decode_token, encode_token
@@ -175,8 +176,20 @@ async def list_object_versions(req: S3Request, gw: Gateway) -> Response:
     return Response.xml(xml.document("ListVersionsResult", parts))
 
 
+def _check_integrity(req: S3Request, body: bytes) -> None:
+    """S3 requires DeleteObjects to carry Content-MD5 or (since its default integrity
+    protections) an x-amz-checksum-* header or trailer, and checks the one given."""
+    expected = expected_digests(req, len(body))
+    if expected.content_md5 is None and not expected.algorithms:
+        raise S3Error("InvalidRequest", "Missing required header for this request: Content-MD5")
+    digests = BodyDigests(expected.algorithms)
+    digests.update(body)
+    verify_expected(digests, expected.content_md5, expected.checksums)
+
+
 async def delete_objects(req: S3Request, gw: Gateway) -> Response:
     body = await req.read_body(2 * 1024 * 1024)
+    _check_integrity(req, body)
     keys, quiet = xml.parse_delete(body)
     plain: list[str] = []
     failures: dict[str, tuple[str, str]] = {}
