@@ -29,6 +29,8 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "InternalError": (500, "We encountered an internal error. Please try again."),
     "InvalidAccessKeyId": (403, "The AWS Access Key Id you provided does not exist in our records."),
     "InvalidArgument": (400, "Invalid Argument"),
+    "InvalidBucketAclWithObjectOwnership": (
+        400, "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting"),
     "InvalidBucketName": (400, "The specified bucket is not valid."),
     "InvalidDigest": (400, "The Content-MD5 or checksum you specified is not valid."),
     "InvalidPart": (400, "One or more of the specified parts could not be found."),

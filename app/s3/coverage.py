@@ -74,13 +74,18 @@ def family_status(family: HeaderFamily) -> str:
     return "accepted as a no-op"
 
 
+def _where(family: HeaderFamily) -> str:
+    return f" (at {', '.join(family.operations)})" if family.operations else ""
+
+
 def render_families() -> str:
-    rows = [f"| {f.name} | {', '.join(f'`{h}`' for h in f.headers)} | {family_status(f)} | {f.note} |"
+    rows = [f"| {f.name} | {', '.join(f'`{h}`' for h in f.headers)} | {family_status(f)}{_where(f)} | {f.note} |"
             for f in FAMILIES]
     return ("## Header families\n\n"
             "Generated from `app/s3/headers.py`, the table the request layer enforces before any "
-            "handler runs; `tests/integration/test_header_families.py` sends one request per family "
-            "through a gateway and checks the answer stated here.\n\n"
+            "handler runs; a family limited to some operations says so, and a header is judged by the "
+            "first row naming it for the operation. `tests/integration/test_header_families.py` sends "
+            "one request per family through a gateway and checks the answer stated here.\n\n"
             "| family | headers | status | notes |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
