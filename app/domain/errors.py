@@ -35,6 +35,7 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "InvalidDigest": (400, "The Content-MD5 or checksum you specified is not valid."),
     "InvalidPart": (400, "One or more of the specified parts could not be found."),
     "InvalidPartOrder": (400, "The list of parts was not in ascending order."),
+    "InvalidPartNumber": (416, "The requested partnumber is not satisfiable"),
     "InvalidRange": (416, "The requested range is not satisfiable"),
     "InvalidRequest": (400, "Invalid Request"),
     "InvalidURI": (400, "Couldn't parse the specified URI."),

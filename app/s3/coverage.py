@@ -28,8 +28,9 @@ NOTES = {
     "GetBucketVersioning": "always unversioned",
     "ListObjectVersions": "every object is its `null` version",
     "ListDirectoryBuckets": "S3 Express; on the wire it is ListBuckets, which answers",
-    "GetObject": "`partNumber` answers `501 NotImplemented`",
-    "HeadObject": "`partNumber` answers `501 NotImplemented`",
+    "GetObject": "`partNumber`: a single-part object's part 1 (`206`), others `416 InvalidPartNumber`; "
+                 "a multipart object's parts `501 NotImplemented`",
+    "HeadObject": "`partNumber`: as GetObject",
 }
 
 
