@@ -216,7 +216,7 @@ class MultipartService(ConditionalWrites):
                                              mode.claim_seconds)
             if outcome == "completed":
                 assert isinstance(found, CompletedUpload)
-                return _repeated(found, bucket, key, upload_id, requested), {}
+                return _repeated(found, bucket, key, upload_id, requested), dict(found.checksums or {})
             if outcome == "gone":
                 raise S3Error("NoSuchUpload", UploadId=upload_id)
             if outcome == "busy":  # another Complete holds the claim: wait for its result
@@ -246,14 +246,14 @@ class MultipartService(ConditionalWrites):
         chosen = _choose_parts(key, requested, stored, self.remote.profile(bucket))
         await self._check_parts_here(upload_id, chosen)
         etag = multipart_etag([p.etag for p, _ in chosen])
-        claim = UploadClaim(upload_id, token, CompletedUpload(bucket, key, etag,
-                                                              [(p.part_number, p.etag) for p, _ in chosen]))
         content = dict(headers.get("content", {}))
         metadata = dict(headers.get("metadata", {}))
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
         remote_id = await settled_remote_upload(self.catalog, self._run, upload_id)
         checksums = multipart_checksum(info.checksum_algorithm, str(headers.get("checksum_type") or ""), pieces)
+        claim = UploadClaim(upload_id, token, CompletedUpload(
+            bucket, key, etag, [(p.part_number, p.etag) for p, _ in chosen], dict(checksums)))
         if await mode.journals(bucket, key):
             # The parts become the object's blobs: no byte is copied again (here; a replica is a copy).
             replica = await self._replicate(bucket, key, pieces)
