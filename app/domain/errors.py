@@ -30,10 +30,13 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "InternalError": (500, "We encountered an internal error. Please try again."),
     "InvalidAccessKeyId": (403, "The AWS Access Key Id you provided does not exist in our records."),
     "InvalidArgument": (400, "Invalid Argument"),
+    "InvalidBucketAclWithObjectOwnership": (
+        400, "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting"),
     "InvalidBucketName": (400, "The specified bucket is not valid."),
     "InvalidDigest": (400, "The Content-MD5 or checksum you specified is not valid."),
     "InvalidPart": (400, "One or more of the specified parts could not be found."),
     "InvalidPartOrder": (400, "The list of parts was not in ascending order."),
+    "InvalidPartNumber": (416, "The requested partnumber is not satisfiable"),
     "InvalidRange": (416, "The requested range is not satisfiable"),
     "InvalidRequest": (400, "Invalid Request"),
     "InvalidURI": (400, "Couldn't parse the specified URI."),

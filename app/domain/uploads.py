@@ -26,14 +26,17 @@ class CompletedUpload:
     key: str
     etag: str
     parts: list[tuple[int, str]]  # (part number, md5 hex) as listed by the winning Complete
+    checksums: dict[str, str] | None = None  # the object's checksums it answered (a retry answers them too)
 
     def as_json(self) -> str:
-        return json.dumps({"bucket": self.bucket, "key": self.key, "etag": self.etag, "parts": self.parts})
+        return json.dumps({"bucket": self.bucket, "key": self.key, "etag": self.etag, "parts": self.parts,
+                           "checksums": self.checksums or {}})
 
     @classmethod
     def from_json(cls, raw: str) -> CompletedUpload:
         d = json.loads(raw)
-        return cls(d["bucket"], d["key"], d["etag"], [(int(n), str(e)) for n, e in d["parts"]])
+        return cls(d["bucket"], d["key"], d["etag"], [(int(n), str(e)) for n, e in d["parts"]],
+                   dict(d.get("checksums") or {}))  # rows kept before checksums were: none
 
 
 @dataclass(frozen=True, slots=True)

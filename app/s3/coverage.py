@@ -28,8 +28,9 @@ NOTES = {
     "GetBucketVersioning": "always unversioned",
     "ListObjectVersions": "every object is its `null` version",
     "ListDirectoryBuckets": "S3 Express; on the wire it is ListBuckets, which answers",
-    "GetObject": "`partNumber` answers `501 NotImplemented`",
-    "HeadObject": "`partNumber` answers `501 NotImplemented`",
+    "GetObject": "`partNumber`: a single-part object's part 1 (`206`), others `416 InvalidPartNumber`; "
+                 "a multipart object's parts `501 NotImplemented`",
+    "HeadObject": "`partNumber`: as GetObject",
 }
 
 
@@ -74,13 +75,18 @@ def family_status(family: HeaderFamily) -> str:
     return "accepted as a no-op"
 
 
+def _where(family: HeaderFamily) -> str:
+    return f" (at {', '.join(family.operations)})" if family.operations else ""
+
+
 def render_families() -> str:
-    rows = [f"| {f.name} | {', '.join(f'`{h}`' for h in f.headers)} | {family_status(f)} | {f.note} |"
+    rows = [f"| {f.name} | {', '.join(f'`{h}`' for h in f.headers)} | {family_status(f)}{_where(f)} | {f.note} |"
             for f in FAMILIES]
     return ("## Header families\n\n"
             "Generated from `app/s3/headers.py`, the table the request layer enforces before any "
-            "handler runs; `tests/integration/test_header_families.py` sends one request per family "
-            "through a gateway and checks the answer stated here.\n\n"
+            "handler runs; a family limited to some operations says so, and a header is judged by the "
+            "first row naming it for the operation. `tests/integration/test_header_families.py` sends "
+            "one request per family through a gateway and checks the answer stated here.\n\n"
             "| family | headers | status | notes |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 

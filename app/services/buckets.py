@@ -35,10 +35,20 @@ class BucketsService(GatewayCore):
                 location not in (None, "us-east-1")
             ):
                 raise
-            await self._run(self.remote.head_bucket, bucket)
+            await self._head_existing(bucket)
             fresh = False
         await self.tenancy.created(tenant_id, bucket, fresh=fresh)
         self._known_buckets[bucket] = time.monotonic()
+
+    async def _head_existing(self, bucket: str) -> None:
+        """The remote just said the name exists: a HEAD that does not see it yet (another
+        creator's bucket, not visible everywhere at once on a loaded remote) is not NoSuchBucket
+        for this CreateBucket; the owner check that follows answers (BucketAlreadyExists)."""
+        try:
+            await self._run(self.remote.head_bucket, bucket)
+        except S3Error as err:
+            if err.code != "NoSuchBucket":
+                raise
 
     async def head_bucket(self, bucket: str) -> None:
         await self._run(self.remote.head_bucket, bucket)

@@ -228,7 +228,7 @@ class MultipartService(ConditionalWrites):
                                              mode.claim_seconds)
             if outcome == "completed":
                 assert isinstance(found, CompletedUpload)
-                return _repeated(found, bucket, key, upload_id, requested), {}
+                return _repeated(found, bucket, key, upload_id, requested), dict(found.checksums or {})
             if outcome == "gone":
                 raise S3Error("NoSuchUpload", UploadId=upload_id)
             if outcome == "busy":  # another Complete holds the claim: wait for its result
@@ -271,13 +271,13 @@ class MultipartService(ConditionalWrites):
                                mode: WriteMode) -> tuple[str, dict[str, str]]:
         chosen = gathered.parts
         etag = multipart_etag([p.etag for p, _ in chosen])
-        claim = UploadClaim(upload_id, token, CompletedUpload(bucket, key, etag,
-                                                              [(p.part_number, p.etag) for p, _ in chosen]))
         content = dict(headers.get("content", {}))
         metadata = dict(headers.get("metadata", {}))
         pieces = [BlobRef(blob, p.size, p.etag, p.checksums, p.part_number) for p, blob in chosen]
         size = sum(p.size for p in pieces)
         checksums = multipart_checksum(info.checksum_algorithm, str(headers.get("checksum_type") or ""), pieces)
+        claim = UploadClaim(upload_id, token, CompletedUpload(
+            bucket, key, etag, [(p.part_number, p.etag) for p, _ in chosen], dict(checksums)))
         if await mode.journals(bucket, key):
             # Not waiting on the remote: an eager copy still opening the remote upload after a
             # moment is struck off (its late id is aborted) and the destage opens one itself.

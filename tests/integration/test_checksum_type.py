@@ -127,3 +127,19 @@ def test_boto3_defaults_upload_and_verify(gw: GatewayProcess, bucket: str) -> No
     if got["ChecksumType"] == "FULL_OBJECT":
         algorithm = next(a for a in ("CRC32", "CRC32C", "CRC64NVME") if f"Checksum{a}" in got)
         assert got[f"Checksum{algorithm}"] == b64(algorithm, data)
+
+
+def test_a_repeated_complete_answers_the_same_checksum(gw: GatewayProcess, bucket: str) -> None:
+    """A retried CompleteMultipartUpload answers exactly as the first did, ChecksumCRC32 and
+    ChecksumType included (a retry must not lose what the first answer said)."""
+    s3, key = gw.client(), f"again-{uuid.uuid4().hex}"
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="CRC32")["UploadId"]
+    body = os.urandom(1024)
+    part = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=body,
+                          ChecksumAlgorithm="CRC32")
+    parts = {"Parts": [{"PartNumber": 1, "ETag": part["ETag"], "ChecksumCRC32": part["ChecksumCRC32"]}]}
+    fields = ("ETag", "ChecksumCRC32", "ChecksumType")
+    first = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload=parts)
+    again = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload=parts)
+    assert first.get("ChecksumCRC32") and first.get("ChecksumType")
+    assert {f: again.get(f) for f in fields} == {f: first.get(f) for f in fields}

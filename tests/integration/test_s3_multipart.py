@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import os
+import threading
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support.gateway import remote_client
+from tests.support.gateway import flush_all, remote_client
 
 MiB = 1024 * 1024
 PART = 5 * MiB
@@ -252,3 +254,46 @@ def test_multipart_with_crc32(s3: Any, bucket: str, seaweed: Any, parts: list[by
     assert remote["ChecksumCRC32"] == head["ChecksumCRC32"] == f"{composite}-2"
     got = s3.get_object(Bucket=bucket, Key="crc")["Body"].read()
     assert got == b"".join(bodies)
+
+
+class _HeldBody(io.BytesIO):
+    """A part body that stops half-way until ``release`` is set: a send that finishes last."""
+
+    def __init__(self, data: bytes, release: threading.Event) -> None:
+        super().__init__(data)
+        self.release, self.half, self.reached = release, len(data) // 2, threading.Event()
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.tell() >= self.half:
+            self.reached.set()
+            assert self.release.wait(60)
+        return super().read(min(size, self.half - self.tell()) if size and size > 0 and self.tell() < self.half
+                            else size)
+
+
+def test_multipart_resend_first_finishes_last(s3: Any, bucket: str, seaweed: Any) -> None:
+    """The same part number sent twice at once, the FIRST send finishing LAST: as on S3, the
+    upload that finished last is the part, and Complete with its ETag succeeds (through the
+    gateway and after destage, on the remote)."""
+    key = f"resend-{os.urandom(4).hex()}"
+    first, second = os.urandom(6 * 1024 * 1024), os.urandom(6 * 1024 * 1024)
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    release, results = threading.Event(), {}
+    held = _HeldBody(first, release)
+
+    def send_first() -> None:
+        results["first"] = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=held)
+
+    sender = threading.Thread(target=send_first)
+    sender.start()
+    assert held.reached.wait(60)
+    results["second"] = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=second)
+    release.set()
+    sender.join(60)
+    etag = results["first"]["ETag"]
+    assert etag == f'"{hashlib.md5(first).hexdigest()}"'
+    s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == first
+    flush_all()
+    assert remote_client(seaweed).get_object(Bucket=bucket, Key=key)["Body"].read() == first

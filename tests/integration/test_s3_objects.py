@@ -26,7 +26,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from tests.support.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess, remote_client
+from tests.support.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess, flush_all, remote_client
 
 # ------------------------------------------------------------------------------------ helpers
 
@@ -577,3 +577,33 @@ def test_expect_100_continue_refused_early_keeps_the_connection_sane(gw: Gateway
             second = b""
         # Either the connection is gone, or the next request is answered as itself.
         assert second == b"" or second.startswith(b"HTTP/1.1 200"), second
+
+
+def _by_part(client: Any, bucket: str, key: str, part: int, head: bool = False) -> tuple[int, str, dict[str, str]]:
+    """(status, error code or body, the part headers) of a GET/HEAD by ``partNumber``."""
+    call = client.head_object if head else client.get_object
+    try:
+        r = call(Bucket=bucket, Key=key, PartNumber=part)
+    except ClientError as err:
+        return int(err.response["ResponseMetadata"]["HTTPStatusCode"]), str(err.response["Error"]["Code"]), {}
+    h = r["ResponseMetadata"]["HTTPHeaders"]
+    body = "" if head else r["Body"].read().decode()
+    return (int(r["ResponseMetadata"]["HTTPStatusCode"]), body,
+            {k: h[k] for k in ("content-range", "content-length", "x-amz-mp-parts-count") if k in h})
+
+
+def test_get_and_head_by_part_number_of_a_single_part_object(s3: Any, bucket: str, seaweed: Any) -> None:
+    """partNumber=1 of a single-part object is all of it (206, Content-Range, one part);
+    any other part is 416 InvalidPartNumber: what SeaweedFS directly answers, buffered and
+    after destage."""
+    direct = remote_client(seaweed)
+    direct.put_object(Bucket=bucket, Key="by-part-direct", Body=b"hello")
+    s3.put_object(Bucket=bucket, Key="by-part", Body=b"hello")
+    for client, key in ((s3, "by-part"), (direct, "by-part-direct")):
+        assert _by_part(client, bucket, key, 1) == (206, "hello", {
+            "content-range": "bytes 0-4/5", "content-length": "5", "x-amz-mp-parts-count": "1"}), client
+        assert _by_part(client, bucket, key, 1, head=True)[0] == 206
+        assert _by_part(client, bucket, key, 2)[:2] == (416, "InvalidPartNumber"), client
+    flush_all()
+    assert _by_part(s3, bucket, "by-part", 1)[:2] == (206, "hello")
+    assert _by_part(s3, bucket, "by-part", 3)[:2] == (416, "InvalidPartNumber")

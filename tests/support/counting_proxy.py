@@ -97,6 +97,7 @@ class CountingProxy:
         self.record_cut = False
         self.fail_code = ""  # with fail_with: an S3 XML error body with this code (SlowDown, InternalError)
         self.fail_ratio = 1.0  # share of requests that fail_with answers (< 1: a flapping remote)
+        self.fail_only: Any = None  # with fail_with: (method, path) -> bool, the requests that fail (None: all)
         self.reset_ratio = 0.0  # share of requests whose connection is reset (GET: mid-body; writes: after upstream)
         self.truncate_ratio = 0.0  # share of GET bodies cut (clean close) half-way, Content-Length promising all
         self.faults = 0
@@ -162,7 +163,8 @@ class CountingProxy:
                     time.sleep(proxy.delay)
                 if proxy.part_delay and self.command == "PUT" and "partNumber=" in self.path:
                     time.sleep(proxy.part_delay)
-                if proxy.fail_with is not None and proxy._roll(proxy.fail_ratio):
+                if proxy.fail_with is not None and (proxy.fail_only is None or proxy.fail_only(
+                        self.command, self.path)) and proxy._roll(proxy.fail_ratio):
                     error = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>injected'
                              b'</Message></Error>' % proxy.fail_code.encode()) if proxy.fail_code else b""
                     self.send_response(proxy.fail_with)

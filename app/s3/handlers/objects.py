@@ -53,15 +53,46 @@ def _conditions(req: S3Request, meta: ObjectMeta) -> None:
     _request_conditions(req).check(meta.etag, meta.last_modified)
 
 
+def _part_number(req: S3Request) -> int | None:
+    """GET/HEAD ``partNumber``: 1..10000, and not together with a Range (S3's answers)."""
+    raw = req.query.get("partNumber")
+    if raw is None:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
+                      ArgumentName="partNumber", ArgumentValue=raw)
+    if req.header("range"):
+        raise S3Error("InvalidRequest", "Cannot specify both Range header and partNumber query parameter")
+    return int(raw)
+
+
+def _part_span(meta: ObjectMeta, part: int) -> RangeRequest | None:
+    """The bytes of part ``part`` of a single-part object (None: all of an empty one). A
+    multipart object's parts are not served yet (its part boundaries are not at hand here)."""
+    if "-" in meta.etag:
+        raise S3Error("NotImplemented", "GET/HEAD by partNumber of a multipart object is not implemented by Ferry.")
+    if part != 1:
+        raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable")
+    return RangeRequest.span(0, meta.size - 1) if meta.size else None
+
+
 async def head_object(req: S3Request, gw: Gateway) -> Response:
     _check_version(req)
     overrides = response_overrides(req.query)
-    if "partNumber" in req.query:
-        raise S3Error("NotImplemented", "GET/HEAD by partNumber is not implemented by Ferry.")
     bucket, key = _target(req)
     meta = await gw.head_object(bucket, key, req.tenant_id)
     _conditions(req, meta)
     headers = object_headers(meta)
+    part = _part_number(req)
+    if part is not None:
+        span = _part_span(meta, part)
+        headers.append(("x-amz-mp-parts-count", "1"))
+        if span is None:
+            return Response(200, with_overrides(overrides, headers), b"", meta.size)
+        rng = span.resolve(meta.size)
+        assert rng is not None
+        headers.append(("Content-Range", rng.content_range))
+        return Response(206, with_overrides(overrides, headers), b"", rng.length)
     rng = parse_range(req.header("range"), meta.size)
     if rng is not None:
         headers.append(("Content-Range", rng.content_range))
@@ -74,18 +105,21 @@ async def head_object(req: S3Request, gw: Gateway) -> Response:
 async def get_object(req: S3Request, gw: Gateway) -> Response:
     _check_version(req)
     overrides = response_overrides(req.query)
-    if "partNumber" in req.query:
-        raise S3Error("NotImplemented", "GET/HEAD by partNumber is not implemented by Ferry.")
     bucket, key = _target(req)
     conditions = _request_conditions(req)
-    read = await gw.get_object(bucket, key, RangeRequest.from_header(req.header("range")), req.tenant_id,
-                               conditions=conditions, file_ranges=req.zero_copy)
+    wanted = RangeRequest.from_header(req.header("range"))
+    part = _part_number(req)
+    if part is not None:
+        wanted = _part_span(await gw.head_object(bucket, key, req.tenant_id), part) or wanted
+    read = await gw.get_object(bucket, key, wanted, req.tenant_id, conditions=conditions, file_ranges=req.zero_copy)
     try:
         conditions.check(read.meta.etag, read.meta.last_modified)
     except S3Error:
         read.close()
         raise
     headers = object_headers(read.meta)
+    if part is not None:
+        headers.append(("x-amz-mp-parts-count", "1"))
     # Bytes already read (a small hit) go out as one body message, not through a stream.
     body = read.data if read.data is not None else read.stream
     if read.byte_range is not None:
