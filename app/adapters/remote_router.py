@@ -36,6 +36,7 @@ from typing import Any, BinaryIO
 
 from app.adapters.catalog.remotes import MappingInfo, RemoteInfo, RemoteRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
+from app.adapters.remote_order import ByteOrderWalk
 from app.domain.errors import S3Error
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes
 from app.domain.profiles import RemoteProfile, profile_named
@@ -241,8 +242,17 @@ class RemoteRouter:
     # ---- listing -------------------------------------------------------------------------------
     def list_objects(self, bucket: str, prefix: str, delimiter: str | None, start_after: str | None,
                      max_keys: int) -> ListPage:
-        page: ListPage = self._call("list_objects", bucket, prefix, delimiter, start_after, max_keys)
-        return page
+        """A page in S3's byte order, whatever order the bucket's remote lists in (its profile)."""
+        route = self.route(bucket)
+        if route.profile.ordered_listing:
+            page: ListPage = self._call("list_objects", bucket, prefix, delimiter, start_after, max_keys)
+            return page
+
+        def remote_page(p: str, d: str | None, after: str | None, n: int) -> ListPage:
+            listed: ListPage = self._call("list_objects", bucket, p, d, after, n)
+            return listed
+
+        return ByteOrderWalk(remote_page).page(prefix, delimiter, start_after, max_keys)
 
     def list_object_versions(self, bucket: str, prefix: str, delimiter: str | None, key_marker: str | None,
                              max_keys: int) -> ListPage:

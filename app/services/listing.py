@@ -10,6 +10,7 @@ from app.domain.versions import VersionRow
 from app.services.core import GatewayCore
 
 EMPTIED_PREFIX_ROWS = 1000  # local rows read to judge whether buffered deletes emptied a prefix
+MERGE_ROUNDS = 1000  # merged stretches read for one page (each at least one name further)
 
 
 class ListingService(GatewayCore):
@@ -17,18 +18,28 @@ class ListingService(GatewayCore):
 
     async def list_objects(self, bucket: str, prefix: str, delimiter: str | None, marker: str | None,
                            max_keys: int) -> ListPage:
+        """S3's page: ``max_keys`` entries when truncated (merged stretches that deletes thinned
+        are read on until full), and truncated only if an entry follows (read one past)."""
         if max_keys <= 0:
             await self.head_bucket(bucket)
             return ListPage([], [], False, None)
         start_after = listing_start(marker, prefix, delimiter)
-        for _ in range(1000):
-            page = await self._list_merged(bucket, prefix, delimiter, marker, start_after, max_keys)
-            if page.contents or page.common_prefixes or not page.is_truncated:
-                return page
-            # Only deleted local rows in this stretch: read on from the position reached. It is
-            # not a name the client saw, so it must not travel as a marker (see listing_start).
-            start_after = page.next_marker
-        return page
+        contents: list[ObjectSummary] = []
+        common: list[str] = []
+        last: str | None = None
+        for _ in range(MERGE_ROUNDS):
+            wanted = max_keys + 1 - len(contents) - len(common)
+            page = await self._list_merged(bucket, prefix, delimiter, marker, start_after, wanted)
+            contents += page.contents
+            common += page.common_prefixes
+            if page.contents or page.common_prefixes:
+                last = max([c.key for c in page.contents] + page.common_prefixes)
+            if not page.is_truncated or len(contents) + len(common) > max_keys:
+                break
+            # Read on from the position reached: after the last entry (past what a common prefix
+            # rolls up), or, with none, the merge's limit, which is not a name the client saw.
+            start_after = listing_start(last, prefix, delimiter) if page.next_marker == last else page.next_marker
+        return _first(contents, common, max_keys)
 
     async def _list_merged(self, bucket: str, prefix: str, delimiter: str | None, marker: str | None,
                            start_after: str | None, max_keys: int) -> ListPage:
@@ -117,3 +128,14 @@ def merge_listing(page: ListPage, local: list[VersionRow], prefix: str, delimite
     common = [name for name, is_prefix in chosen if is_prefix]
     next_marker = (chosen[-1][0] if chosen else limit) if truncated else None
     return ListPage(contents, common, truncated, next_marker)
+
+
+def _first(contents: list[ObjectSummary], common: list[str], max_keys: int) -> ListPage:
+    """The first ``max_keys`` names of what was read; truncated when more were read."""
+    by_name: dict[str, ObjectSummary | None] = {p: None for p in common}
+    by_name.update({c.key: c for c in contents})
+    names = sorted(by_name.items(), key=lambda n: n[0])
+    chosen = names[:max_keys]
+    truncated = len(names) > max_keys
+    return ListPage([c for _, c in chosen if c is not None], [n for n, c in chosen if c is None], truncated,
+                    chosen[-1][0] if truncated and chosen else None)

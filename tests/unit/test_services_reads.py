@@ -8,6 +8,7 @@ import hashlib
 import io
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,3 +183,50 @@ def test_a_prefix_with_anything_left_keeps_listing(tmp_path: Path) -> None:
         assert await prefixes() == ["one/", "two/"]
 
     asyncio.run(scenario())
+
+
+def _all_pages(svc: Any, delimiter: str | None, max_keys: int) -> list[tuple[list[str], list[str], bool]]:
+    async def pages() -> list[tuple[list[str], list[str], bool]]:
+        out = []
+        marker = None
+        for _ in range(50):
+            page = await svc.gateway.list_objects("b", "", delimiter, marker, max_keys)
+            out.append(([c.key for c in page.contents], page.common_prefixes, page.is_truncated))
+            if not page.is_truncated:
+                return out
+            marker = page.next_marker
+        raise AssertionError("more than 50 pages")
+
+    return asyncio.run(pages())
+
+
+def test_the_last_page_of_a_backlog_is_not_truncated(tmp_path: Path) -> None:
+    """MaxKeys=1, delimiter '/', buffered rows under the last common prefix: S3 says
+    IsTruncated=false on the page that ends the listing, not on an empty page after it."""
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+
+    async def scenario() -> None:
+        for key in ("a", "d/1", "d/2", "d/3"):
+            await svc.put("b", key, b"x")
+
+    asyncio.run(scenario())
+    assert _all_pages(svc, "/", 1) == [(["a"], [], True), ([], ["d/"], False)]
+
+
+def test_a_truncated_page_is_full_when_buffered_deletes_thin_the_remote_page(tmp_path: Path) -> None:
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+
+    async def scenario() -> None:
+        for key in [f"k{i}" for i in range(8)]:
+            await svc.put("b", key, b"x")
+        svc.destage_all()
+        for key in ("k1", "k2", "k4", "k5"):
+            await svc.gateway.delete_object("b", key)
+
+    asyncio.run(scenario())
+    pages = _all_pages(svc, None, 2)
+    assert pages == [(["k0", "k3"], [], True), (["k6", "k7"], [], False)]
