@@ -23,6 +23,17 @@ from app.domain.objects import (
 )
 
 
+def _an_object(meta: ObjectMeta, body: BinaryIO | None = None) -> ObjectMeta:
+    """``meta``, unless it is a remote's directory posing as an object: a multipart ETag of 0 parts
+    (S3 needs one part at least), which SeaweedFS answers for ``a/`` while only ``a/b`` implies it.
+    S3 has no such object, so neither does Ferry: NoSuchKey."""
+    if meta.etag.endswith("-0"):
+        if body is not None:
+            body.close()
+        raise S3Error("NoSuchKey", "The specified key does not exist.", Key=meta.key)
+    return meta
+
+
 class ObjectOps:
     client: Any
     lean: LeanGetter
@@ -42,7 +53,7 @@ class ObjectOps:
                 # A HEAD 404 has no body to say which is missing: NoSuchBucket if the bucket is.
                 self.head_bucket(bucket)
             raise
-        return _meta_from_response(key, resp)
+        return _an_object(_meta_from_response(key, resp))
 
     def object_parts(self, bucket: str, key: str) -> tuple[str, list[PartAttributes]] | None:
         """(ETag, parts) of a multipart object from the remote's GetObjectAttributes, every page;
@@ -84,7 +95,8 @@ class ObjectOps:
             response = self.lean.get(url, headers)
             if response.status_code >= 300:
                 raise client_error(response)
-        return meta_from_headers(key, response.headers), streaming_body(response)  # type: ignore[return-value]
+        body = streaming_body(response)
+        return _an_object(meta_from_headers(key, response.headers), body), body  # type: ignore[arg-type,return-value]
 
     def _get_object_boto(self, bucket: str, key: str, byte_range: str | None,
                          if_match: str | None) -> tuple[ObjectMeta, BinaryIO]:
@@ -98,7 +110,7 @@ class ObjectOps:
         kwargs["FerryExtraHeaders"] = {"x-amz-checksum-mode": "ENABLED"}
         with translate_errors(bucket, key):
             resp = self.client.get_object(**kwargs)
-        return _meta_from_response(key, resp), resp["Body"]
+        return _an_object(_meta_from_response(key, resp), resp["Body"]), resp["Body"]
 
     def put_object(self, bucket: str, key: str, body: BinaryIO, size: int, content_md5: str,
                    content_headers: dict[str, str], metadata: dict[str, str],
