@@ -30,7 +30,7 @@ from sqlalchemy import create_engine, text
 from tests.support.celery_worker import CeleryWorker
 from tests.support.counting_proxy import CountingProxy
 from tests.support.databases import throwaway_database
-from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
+from tests.support.gateway import ADMIN_TOKEN, GatewayProcess, readyz
 from tests.support.private_redis import PrivateRedis
 
 pytestmark = pytest.mark.fleet
@@ -91,15 +91,6 @@ def test_worker_survives_a_redis_restart_mid_destage(node: Any, seaweed: Any) ->
         assert worker.is_running(), f"the worker died with the broker restart:\n{worker.log_tail()}"
         assert state_of(db, bucket, key) == "durable"
     assert "Unrecoverable error" not in worker.log_text()
-
-
-def readyz(gw: GatewayProcess) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"{gw.endpoint}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
 
 
 def doctor_serving(gw: GatewayProcess) -> tuple[int, list[str]]:

@@ -6,10 +6,7 @@ it: its readiness must say so instead of "all is well".
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,18 +14,9 @@ import pytest
 
 from tests.support.databases import throwaway_database
 from tests.support.fleet import Fleet
-from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
+from tests.support.gateway import readyz
 
 pytestmark = pytest.mark.fleet
-
-
-def readyz(gw: GatewayProcess) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"{gw.endpoint}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ a CountingProxy in front of SeaweedFS."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ from app.fleet.wire import BLOCK_PATH, PING_PATH
 from tests.support.counting_proxy import CountingProxy
 from tests.support.databases import throwaway_database
 from tests.support.fleet import Fleet
-from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
+from tests.support.gateway import admin_call as _admin
 from tests.support.seaweed import SeaweedServer
 
 pytestmark = pytest.mark.fleet
@@ -154,15 +152,6 @@ def test_thirty_clients_on_three_nodes_fetch_each_block_of_a_cold_object_once(
     assert results == [sha] * 30
     fetched = _blocks_fetched(proxy, key)
     assert fetched == Counter(range(16)), f"one remote fetch per block fleet-wide, got {sorted(fetched.items())}"
-
-
-def _admin(gw: GatewayProcess, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"{gw.endpoint}{path}", data=data, method=method,
-                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        raw = r.read()
-    return json.loads(raw) if raw else None
 
 
 def _wait_mapped(fleet: Fleet, bucket: str) -> None:

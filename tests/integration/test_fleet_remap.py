@@ -7,9 +7,7 @@ a CountingProxy whose ``delay`` holds a destage's PutObject at the remote), regi
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,22 +18,13 @@ from botocore.exceptions import ClientError
 from tests.support.counting_proxy import CountingProxy
 from tests.support.databases import throwaway_database
 from tests.support.fleet import Fleet
-from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
+from tests.support.gateway import admin_call as admin
 from tests.support.seaweed import SeaweedServer
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(300)]
 
 REFRESH = 0.5  # FERRY_REMOTE_REFRESH_SECONDS
 IDLE = 3 * REFRESH  # every node quiet longer than the interval: the case the issue saw
-
-
-def admin(gw: GatewayProcess, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"{gw.endpoint}{path}", data=data, method=method,
-                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        raw = r.read()
-    return json.loads(raw) if raw else None
 
 
 def keys(client: Any, bucket: str) -> list[str]:

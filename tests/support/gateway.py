@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -171,3 +172,23 @@ def remote_client(remote: Any, **config: Any) -> Any:
     """The remote's own client, after every gateway destaged what it buffered (write-back)."""
     flush_all()
     return remote.client(**config)
+
+
+def admin_call(gw: GatewayProcess, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """One admin API call with the admin token: its JSON answer (None for an empty one)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"{gw.endpoint}{path}", data=data, method=method,
+                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        raw = r.read()
+    return json.loads(raw) if raw else None
+
+
+def readyz(gw: GatewayProcess) -> tuple[int, dict[str, Any]]:
+    """``/readyz`` with the admin token (every check's detail): status and body."""
+    req = urllib.request.Request(f"{gw.endpoint}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
