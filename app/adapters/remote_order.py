@@ -14,7 +14,10 @@ prefix of the next, so the stack is bounded by the key length. Resuming after a 
 probes the directories that byte order puts after ``m`` but the remote before it (``m[:j]/`` for
 each character of ``m`` below '/', and ``m/``: SeaweedFS skips a directory named like the
 marker). Every key is listed exactly once; memory is one page per level; requests are one per
-directory the page passes through, plus the probes.
+directory the page passes through, plus the probes. SeaweedFS keeps a directory whose keys were
+all deleted and lists it (as a prefix, and as an entry of itself without an ETag): S3 has no such
+thing, so each prefix is checked to hold a key (one more request per directory) and entries
+without an ETag are dropped.
 """
 
 from __future__ import annotations
@@ -139,7 +142,10 @@ class ByteOrderWalk:
         """The remote's delimiter listing of ``level`` after ``start``, in the remote's order."""
         while True:
             page = self.list_call(level, SLASH, start, size)
-            listed: list[Entry] = [*page.contents, *page.common_prefixes]
+            # Not objects: a directory listed as its own entry, with no ETag (SeaweedFS answers so
+            # for an empty directory its deleted keys left); a prefix no key is under any more.
+            contents = [c for c in page.contents if c.etag.strip('"')]
+            listed: list[Entry] = [*contents, *(p for p in page.common_prefixes if self._holds(p))]
             listed.sort(key=lambda e: remote_order(entry_name(e)))
             yield from listed
             if not page.is_truncated or not listed:

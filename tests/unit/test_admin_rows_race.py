@@ -26,7 +26,7 @@ def test_a_mapping_saved_while_its_remote_is_deleted_is_never_dropped_silently(e
             deleted = exc
     assert len(outcomes) == 1
     mapping_saved = not isinstance(outcomes[0], Exception)
-    _, mappings = repo.routes()
+    _, _, mappings = repo.routes()  # (generation, remotes, mappings)
     if mapping_saved:  # the caller was told the mapping is saved: it is there, and the remote too
         assert [m.bucket for m in mappings] == ["ckpt"] and isinstance(deleted, Conflict)
     else:  # the remote went first: the mapping was refused, not dropped after its 200
