@@ -607,3 +607,44 @@ def test_get_and_head_by_part_number_of_a_single_part_object(s3: Any, bucket: st
     flush_all()
     assert _by_part(s3, bucket, "by-part", 1)[:2] == (206, "hello")
     assert _by_part(s3, bucket, "by-part", 3)[:2] == (416, "InvalidPartNumber")
+
+
+def _upload_in_parts(client: Any, bucket: str, key: str, parts: list[bytes]) -> str:
+    """A multipart object of ``parts``; its ETag (quoted), as Complete answers."""
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    done = [{"PartNumber": n, "ETag": client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=n,
+                                                         Body=body)["ETag"]}
+            for n, body in enumerate(parts, 1)]
+    return str(client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
+                                                MultipartUpload={"Parts": done})["ETag"])
+
+
+def test_get_and_head_by_part_number_of_a_multipart_object(s3: Any, bucket: str, seaweed: Any) -> None:
+    """Part n of a multipart object is its bytes (206, Content-Range of that part, the parts
+    count, the whole object's ETag); a part past the last is 416 InvalidPartNumber: what
+    SeaweedFS directly answers, buffered and after destage."""
+    mib = 1024 * 1024
+    parts = [b"a" * (5 * mib), b"b" * (5 * mib), b"tail"]
+    total = sum(map(len, parts))
+    direct = remote_client(seaweed)
+    etags = {"direct": _upload_in_parts(direct, bucket, "mp-direct", parts),
+             "gateway": _upload_in_parts(s3, bucket, "mp", parts)}
+    spans = [(0, 5 * mib - 1), (5 * mib, 10 * mib - 1), (10 * mib, total - 1)]
+
+    def check(client: Any, key: str, etag: str) -> None:
+        for n, ((first, last), body) in enumerate(zip(spans, parts, strict=True), 1):
+            r = client.get_object(Bucket=bucket, Key=key, PartNumber=n)
+            h = r["ResponseMetadata"]["HTTPHeaders"]
+            assert (r["ResponseMetadata"]["HTTPStatusCode"], r["Body"].read() == body) == (206, True), (key, n)
+            assert (h["content-range"], h["content-length"], h["x-amz-mp-parts-count"], h["etag"]) == (
+                f"bytes {first}-{last}/{total}", str(last - first + 1), "3", etag), (key, n)
+            head = client.head_object(Bucket=bucket, Key=key, PartNumber=n)["ResponseMetadata"]
+            assert (head["HTTPStatusCode"], head["HTTPHeaders"]["content-range"]) == (
+                206, f"bytes {first}-{last}/{total}"), (key, n)
+        assert _by_part(client, bucket, key, 4)[:2] == (416, "InvalidPartNumber"), key
+        assert _by_part(client, bucket, key, 4, head=True)[0] == 416, key
+
+    check(direct, "mp-direct", etags["direct"])
+    check(s3, "mp", etags["gateway"])
+    flush_all()
+    check(s3, "mp", etags["gateway"])
