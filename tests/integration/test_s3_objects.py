@@ -609,12 +609,12 @@ def test_get_and_head_by_part_number_of_a_single_part_object(s3: Any, bucket: st
     assert _by_part(s3, bucket, "by-part", 3)[:2] == (416, "InvalidPartNumber")
 
 
-def _upload_in_parts(client: Any, bucket: str, key: str, parts: list[bytes]) -> str:
-    """A multipart object of ``parts``; its ETag (quoted), as Complete answers."""
+def _upload_in_parts(client: Any, bucket: str, key: str, parts: list[bytes], numbers: list[int] | None = None) -> str:
+    """A multipart object of ``parts`` (uploaded as ``numbers``, 1.. by default); its ETag (quoted)."""
     upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
     done = [{"PartNumber": n, "ETag": client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=n,
                                                          Body=body)["ETag"]}
-            for n, body in enumerate(parts, 1)]
+            for n, body in zip(numbers or range(1, len(parts) + 1), parts, strict=True)]
     return str(client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
                                                 MultipartUpload={"Parts": done})["ETag"])
 
@@ -648,3 +648,19 @@ def test_get_and_head_by_part_number_of_a_multipart_object(s3: Any, bucket: str,
     check(s3, "mp", etags["gateway"])
     flush_all()
     check(s3, "mp", etags["gateway"])
+
+
+def test_part_number_is_the_number_the_part_was_uploaded_as(s3: Any, bucket: str, seaweed: Any) -> None:
+    """Parts uploaded as 1 and 3: partNumber=3 is the second part's bytes, 2 is 416 (2 parts
+    counted): what SeaweedFS directly answers, buffered and after destage."""
+    parts, tail = [b"a" * (5 * 1024 * 1024), b"ccc"], "bytes 5242880-5242882/5242883"
+    direct = remote_client(seaweed)
+    _upload_in_parts(direct, bucket, "gap-direct", parts, [1, 3])
+    _upload_in_parts(s3, bucket, "gap", parts, [1, 3])
+    rounds = [(direct, "gap-direct"), (s3, "gap"), (s3, "gap")]
+    for i, (client, key) in enumerate(rounds):
+        if i == 2:
+            flush_all()
+        assert _by_part(client, bucket, key, 3) == (206, "ccc", {
+            "content-range": tail, "content-length": "3", "x-amz-mp-parts-count": "2"}), (key, i)
+        assert _by_part(client, bucket, key, 2)[:2] == (416, "InvalidPartNumber"), (key, i)
