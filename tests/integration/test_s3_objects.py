@@ -622,7 +622,7 @@ def _upload_in_parts(client: Any, bucket: str, key: str, parts: list[bytes], num
 def test_get_and_head_by_part_number_of_a_multipart_object(s3: Any, bucket: str, seaweed: Any) -> None:
     """Part n of a multipart object is its bytes (206, Content-Range of that part, the parts
     count, the whole object's ETag); a part past the last is 416 InvalidPartNumber: what
-    SeaweedFS directly answers, buffered and after destage."""
+    SeaweedFS directly answers, buffered, after destage, and on a miss (an object only the remote has)."""
     mib = 1024 * 1024
     parts = [b"a" * (5 * mib), b"b" * (5 * mib), b"tail"]
     total = sum(map(len, parts))
@@ -648,6 +648,7 @@ def test_get_and_head_by_part_number_of_a_multipart_object(s3: Any, bucket: str,
     check(s3, "mp", etags["gateway"])
     flush_all()
     check(s3, "mp", etags["gateway"])
+    check(s3, "mp-direct", etags["direct"])  # a miss: only the remote has it, and lists its parts
 
 
 def test_part_number_is_the_number_the_part_was_uploaded_as(s3: Any, bucket: str, seaweed: Any) -> None:
