@@ -15,7 +15,7 @@ from urllib.parse import unquote
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import GatewayProcess, remote_client
 
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
@@ -253,18 +253,49 @@ def test_bad_continuation_token(s3: Any, listed: str, token: str) -> None:
 
 def _raw_listing(gateway: GatewayProcess, bucket: str, **kwargs: Any) -> ET.Element:
     """The XML the gateway sent (boto3 decodes url-encoded keys itself, hiding the encoding)."""
-    s3 = gateway.client()
+    return _raw_xml(gateway.client(), "ListObjectsV2", bucket, **kwargs)
+
+
+def _raw_xml(s3: Any, operation: str, bucket: str, **kwargs: Any) -> ET.Element:
+    """The XML a listing ``operation`` answered, from any client (the gateway's or the remote's)."""
     captured: dict[str, bytes] = {}
-    s3.meta.events.register("after-call.s3.ListObjectsV2",
+    s3.meta.events.register(f"after-call.s3.{operation}",
                             lambda http_response, **_: captured.update(body=http_response.content))
     if "EncodingType" not in kwargs:
         # boto3 adds encoding-type=url on its own; take it off the signed URL.
         def strip(request: Any, **_: Any) -> None:
             request.url = request.url.replace("&encoding-type=url", "").replace("encoding-type=url&", "")
 
-        s3.meta.events.register("before-sign.s3.ListObjectsV2", strip)
-    s3.list_objects_v2(Bucket=bucket, **kwargs)
+        s3.meta.events.register(f"before-sign.s3.{operation}", strip)
+    call = s3.list_objects_v2 if operation == "ListObjectsV2" else s3.list_objects
+    call(Bucket=bucket, **kwargs)
     return ET.fromstring(captured["body"])
+
+
+ECHOED = ("Prefix", "Delimiter", "StartAfter", "Marker", "ContinuationToken", "EncodingType")
+
+
+def _echoed(root: ET.Element) -> dict[str, str | None]:
+    return {name: root.findtext(f"{NS}{name}") for name in ECHOED if root.find(f"{NS}{name}") is not None}
+
+
+def test_listing_echoes_the_request_raw_unless_url_encoding_was_asked(gateway: GatewayProcess, bucket: str,
+                                                                      seaweed: Any) -> None:
+    """Prefix, Delimiter, StartAfter, Marker come back as sent (XML-escaped, a newline a newline)
+    without encoding-type, percent-encoded with encoding-type=url; a ContinuationToken sent empty
+    comes back empty, one not sent not at all: what SeaweedFS directly answers (and AWS documents)."""
+    gateway.client().put_object(Bucket=bucket, Key="a\nb/c", Body=b"x")
+    v2 = {"Prefix": "a\nb", "Delimiter": "/", "StartAfter": "a\n", "ContinuationToken": ""}
+    v1 = {"Prefix": "a\nb", "Delimiter": "\n", "Marker": "a\n"}
+    for client in (gateway.client(), remote_client(seaweed)):
+        assert _echoed(_raw_xml(client, "ListObjectsV2", bucket, **v2)) == v2, client.meta.endpoint_url
+        assert _echoed(_raw_xml(client, "ListObjects", bucket, **v1)) == v1, client.meta.endpoint_url
+        assert "ContinuationToken" not in _echoed(_raw_xml(client, "ListObjectsV2", bucket)), client.meta.endpoint_url
+    s3 = gateway.client()
+    assert _echoed(_raw_xml(s3, "ListObjectsV2", bucket, EncodingType="url", **v2)) == {
+        "Prefix": "a%0Ab", "Delimiter": "/", "StartAfter": "a%0A", "ContinuationToken": "", "EncodingType": "url"}
+    assert _echoed(_raw_xml(s3, "ListObjects", bucket, EncodingType="url", **v1)) == {
+        "Prefix": "a%0Ab", "Delimiter": "%0A", "Marker": "a%0A", "EncodingType": "url"}
 
 
 def test_encoding_type_url(gateway: GatewayProcess, s3: Any, listed: str) -> None:

@@ -607,3 +607,61 @@ def test_get_and_head_by_part_number_of_a_single_part_object(s3: Any, bucket: st
     flush_all()
     assert _by_part(s3, bucket, "by-part", 1)[:2] == (206, "hello")
     assert _by_part(s3, bucket, "by-part", 3)[:2] == (416, "InvalidPartNumber")
+
+
+def _upload_in_parts(client: Any, bucket: str, key: str, parts: list[bytes], numbers: list[int] | None = None) -> str:
+    """A multipart object of ``parts`` (uploaded as ``numbers``, 1.. by default); its ETag (quoted)."""
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    done = [{"PartNumber": n, "ETag": client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=n,
+                                                         Body=body)["ETag"]}
+            for n, body in zip(numbers or range(1, len(parts) + 1), parts, strict=True)]
+    return str(client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
+                                                MultipartUpload={"Parts": done})["ETag"])
+
+
+def test_get_and_head_by_part_number_of_a_multipart_object(s3: Any, bucket: str, seaweed: Any) -> None:
+    """Part n of a multipart object is its bytes (206, Content-Range of that part, the parts
+    count, the whole object's ETag); a part past the last is 416 InvalidPartNumber: what
+    SeaweedFS directly answers, buffered, after destage, and on a miss (an object only the remote has)."""
+    mib = 1024 * 1024
+    parts = [b"a" * (5 * mib), b"b" * (5 * mib), b"tail"]
+    total = sum(map(len, parts))
+    direct = remote_client(seaweed)
+    etags = {"direct": _upload_in_parts(direct, bucket, "mp-direct", parts),
+             "gateway": _upload_in_parts(s3, bucket, "mp", parts)}
+    spans = [(0, 5 * mib - 1), (5 * mib, 10 * mib - 1), (10 * mib, total - 1)]
+
+    def check(client: Any, key: str, etag: str) -> None:
+        for n, ((first, last), body) in enumerate(zip(spans, parts, strict=True), 1):
+            r = client.get_object(Bucket=bucket, Key=key, PartNumber=n)
+            h = r["ResponseMetadata"]["HTTPHeaders"]
+            assert (r["ResponseMetadata"]["HTTPStatusCode"], r["Body"].read() == body) == (206, True), (key, n)
+            assert (h["content-range"], h["content-length"], h["x-amz-mp-parts-count"], h["etag"]) == (
+                f"bytes {first}-{last}/{total}", str(last - first + 1), "3", etag), (key, n)
+            head = client.head_object(Bucket=bucket, Key=key, PartNumber=n)["ResponseMetadata"]
+            assert (head["HTTPStatusCode"], head["HTTPHeaders"]["content-range"]) == (
+                206, f"bytes {first}-{last}/{total}"), (key, n)
+        assert _by_part(client, bucket, key, 4)[:2] == (416, "InvalidPartNumber"), key
+        assert _by_part(client, bucket, key, 4, head=True)[0] == 416, key
+
+    check(direct, "mp-direct", etags["direct"])
+    check(s3, "mp", etags["gateway"])
+    flush_all()
+    check(s3, "mp", etags["gateway"])
+    check(s3, "mp-direct", etags["direct"])  # a miss: only the remote has it, and lists its parts
+
+
+def test_part_number_is_the_number_the_part_was_uploaded_as(s3: Any, bucket: str, seaweed: Any) -> None:
+    """Parts uploaded as 1 and 3: partNumber=3 is the second part's bytes, 2 is 416 (2 parts
+    counted): what SeaweedFS directly answers, buffered and after destage."""
+    parts, tail = [b"a" * (5 * 1024 * 1024), b"ccc"], "bytes 5242880-5242882/5242883"
+    direct = remote_client(seaweed)
+    _upload_in_parts(direct, bucket, "gap-direct", parts, [1, 3])
+    _upload_in_parts(s3, bucket, "gap", parts, [1, 3])
+    rounds = [(direct, "gap-direct"), (s3, "gap"), (s3, "gap")]
+    for i, (client, key) in enumerate(rounds):
+        if i == 2:
+            flush_all()
+        assert _by_part(client, bucket, key, 3) == (206, "ccc", {
+            "content-range": tail, "content-length": "3", "x-amz-mp-parts-count": "2"}), (key, i)
+        assert _by_part(client, bucket, key, 2)[:2] == (416, "InvalidPartNumber"), (key, i)

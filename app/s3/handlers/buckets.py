@@ -91,7 +91,8 @@ def _listing_args(req: S3Request) -> tuple[str, str | None, int, str | None]:
 
 async def list_objects_v2(req: S3Request, gw: Gateway) -> Response:
     prefix, delimiter, max_keys, encoding = _listing_args(req)
-    token = req.query.get("continuation-token") or None  # an empty token asks for the first page
+    sent_token = req.query.get("continuation-token")  # echoed as sent, an empty one too (as S3 does)
+    token = sent_token or None  # an empty token asks for the first page
     start_after = req.query.get("start-after")
     marker = decode_token(token) if token is not None else start_after
     if token is not None and start_after and start_after > marker:
@@ -108,7 +109,7 @@ async def list_objects_v2(req: S3Request, gw: Gateway) -> Response:
         xml.element("EncodingType", encoding),
         xml.element("KeyCount", len(page.contents) + len(page.common_prefixes)),
         xml.element("IsTruncated", "true" if page.is_truncated else "false"),
-        xml.element("ContinuationToken", token),
+        xml.element("ContinuationToken", sent_token),
         xml.element("StartAfter", encode_name(start_after, encoding) if start_after else None),
     ]
     if page.is_truncated and page.next_marker:

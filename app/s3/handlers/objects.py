@@ -25,6 +25,7 @@ from app.s3.response import (
     with_overrides,
 )
 from app.services.gateway import Gateway
+from app.services.part_spans import part_bounds
 
 
 def _target(req: S3Request) -> tuple[str, str]:
@@ -66,14 +67,25 @@ def _part_number(req: S3Request) -> int | None:
     return int(raw)
 
 
-def _part_span(meta: ObjectMeta, part: int) -> RangeRequest | None:
-    """The bytes of part ``part`` of a single-part object (None: all of an empty one). A
-    multipart object's parts are not served yet (its part boundaries are not at hand here)."""
-    if "-" in meta.etag:
-        raise S3Error("NotImplemented", "GET/HEAD by partNumber of a multipart object is not implemented by Ferry.")
-    if part != 1:
-        raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable")
-    return RangeRequest.span(0, meta.size - 1) if meta.size else None
+async def _part_span(gw: Gateway, req: S3Request, meta: ObjectMeta, part: int) -> tuple[RangeRequest | None, int]:
+    """(the bytes of part ``part``, the object's part count); None: all of an empty single-part
+    object. A multipart object's parts are those GetObjectAttributes lists (journal or remote)."""
+    if "-" not in meta.etag:
+        if part != 1:
+            raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable")
+        return (RangeRequest.span(0, meta.size - 1) if meta.size else None), 1
+    bucket, key = _target(req)
+    found = await gw.object_attributes(bucket, key, req.tenant_id)
+    if found.parts is None or found.meta.etag != meta.etag:
+        raise S3Error("NotImplemented", "GET/HEAD by partNumber of this multipart object is not implemented "
+                      "by Ferry: its remote does not list its parts.")
+    first, last = part_bounds(found.parts, part)
+    return RangeRequest.span(first, last), len(found.parts)
+
+
+def _set_parts_count(headers: list[tuple[str, str]], count: int) -> None:
+    headers[:] = [(name, value) for name, value in headers if name != "x-amz-mp-parts-count"]
+    headers.append(("x-amz-mp-parts-count", str(count)))
 
 
 async def head_object(req: S3Request, gw: Gateway) -> Response:
@@ -83,10 +95,10 @@ async def head_object(req: S3Request, gw: Gateway) -> Response:
     meta = await gw.head_object(bucket, key, req.tenant_id)
     _conditions(req, meta)
     headers = object_headers(meta)
-    part = _part_number(req)
+    part, count = _part_number(req), 1
     if part is not None:
-        span = _part_span(meta, part)
-        headers.append(("x-amz-mp-parts-count", "1"))
+        span, count = await _part_span(gw, req, meta, part)
+        _set_parts_count(headers, count)
         if span is None:
             return Response(200, with_overrides(overrides, headers), b"", meta.size)
         rng = span.resolve(meta.size)
@@ -108,9 +120,10 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
     bucket, key = _target(req)
     conditions = _request_conditions(req)
     wanted = RangeRequest.from_header(req.header("range"))
-    part = _part_number(req)
+    part, count = _part_number(req), 1
     if part is not None:
-        wanted = _part_span(await gw.head_object(bucket, key, req.tenant_id), part) or wanted
+        span, count = await _part_span(gw, req, await gw.head_object(bucket, key, req.tenant_id), part)
+        wanted = span or wanted
     read = await gw.get_object(bucket, key, wanted, req.tenant_id, conditions=conditions, file_ranges=req.zero_copy)
     try:
         conditions.check(read.meta.etag, read.meta.last_modified)
@@ -119,7 +132,7 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
         raise
     headers = object_headers(read.meta)
     if part is not None:
-        headers.append(("x-amz-mp-parts-count", "1"))
+        _set_parts_count(headers, count)
     # Bytes already read (a small hit) go out as one body message, not through a stream.
     body = read.data if read.data is not None else read.stream
     if read.byte_range is not None:
