@@ -254,6 +254,11 @@ class RemoteRouter:
 
         return ByteOrderWalk(remote_page).page(prefix, delimiter, start_after, max_keys)
 
+    def list_as_listed(self, bucket: str, prefix: str, start_after: str | None, max_keys: int) -> ListPage:
+        """One page of the remote's own listing, in its own order (no walk)."""
+        page: ListPage = self._call("list_objects", bucket, prefix, None, start_after, max_keys)
+        return page
+
     def list_object_versions(self, bucket: str, prefix: str, delimiter: str | None, key_marker: str | None,
                              max_keys: int) -> ListPage:
         page: ListPage = self._call("list_object_versions", bucket, prefix, delimiter, key_marker, max_keys)

@@ -74,6 +74,9 @@ class InMemoryRemote:
         self._bucket(bucket)
         return None
 
+    def list_as_listed(self, bucket: str, prefix: str, start_after: str | None, max_keys: int) -> ListPage:
+        return self.list_objects(bucket, prefix, None, start_after, max_keys)
+
     def list_objects(self, bucket: str, prefix: str, delimiter: str | None, start_after: str | None,
                      max_keys: int) -> ListPage:
         names: list[tuple[str, ObjectSummary | None]] = []

@@ -117,7 +117,7 @@ class Revalidation(CacheBase):
             ordered = self.remote.profile(bucket).ordered_listing
             pos = 0
             while pos < len(entries):
-                page = self.remote.list_objects(bucket, prefix, None, _before(entries[pos].key), 1000)
+                page = self.remote.list_as_listed(bucket, prefix, _before(entries[pos].key), 1000)
                 stats["lists"] += 1
                 remote = {c.key: c.etag for c in page.contents}
                 horizon = page.contents[-1].key if page.is_truncated and page.contents else None
