@@ -187,7 +187,9 @@ def test_a_part_holder_killed_before_complete_with_two_replicas_completes_from_t
         for gw in fleet.nodes[:2]:
             assert sha(gw.client().get_object(Bucket=mbucket, Key=key)["Body"].read()) == sha(whole)
         [row] = rows(fleet, mbucket, key)
-        assert row["replicas"] == 1  # the object is acknowledged with its copy too
+        # The object is acknowledged with its copy too; a copy is let go once the row is durable,
+        # which the background destage may already have made it (CI, an idle machine).
+        assert row["replicas"] == 1 or row["state"] == "durable", row
         assert fleet.nodes[completer].flush(bucket=mbucket, timeout=120)["durable"]
         remote = seaweed.client().get_object(Bucket=mbucket, Key=key)
         assert (remote["ETag"], sha(remote["Body"].read())) == (mp_etag(bodies), sha(whole))

@@ -233,8 +233,8 @@ class CountingProxy:
                                 proxy._count()
                             stall = proxy.stall_after
                             if self.command == "GET" and stall is not None and sent <= stall < sent + len(chunk):
+                                proxy.stalled.set()  # before the bytes: a reader may see them before we run again
                                 emit(chunk[:stall - sent])
-                                proxy.stalled.set()
                                 proxy.release.wait(60)
                                 if proxy.cut_held:
                                     self.close_connection = True
