@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import uuid
 from datetime import UTC, datetime
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from app.adapters.remote.wire import (
     _CHECKSUM_PARAM,
@@ -95,8 +95,8 @@ class ObjectOps:
             response = self.lean.get(url, headers)
             if response.status_code >= 300:
                 raise client_error(response)
-        body = streaming_body(response)
-        return _an_object(meta_from_headers(key, response.headers), body), body  # type: ignore[arg-type,return-value]
+        body = cast(BinaryIO, streaming_body(response))  # a file-like stream: read/close are what callers use
+        return _an_object(meta_from_headers(key, response.headers), body), body
 
     def _get_object_boto(self, bucket: str, key: str, byte_range: str | None,
                          if_match: str | None) -> tuple[ObjectMeta, BinaryIO]:
