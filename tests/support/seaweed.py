@@ -524,6 +524,38 @@ class SeaweedServer:
             raise SeaweedError("the server is not running")
         self._signal_group(signal.SIGSTOP)
         self._paused = True
+        self._wait_until_stopped()
+
+    def _wait_until_stopped(self, timeout: float = 10.0) -> None:
+        """kill() returns before the stop takes hold: the kernel stops a process's threads only
+        once the thread it chose to take the signal runs, and on a loaded machine the others go
+        on answering for a while (CI: a HEAD answered inside ``paused_for``). Wait until every
+        thread of the group's processes reports state T."""
+        assert self._proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = self._thread_states()
+            if states and all(state in ("T", "t", "Z", "X") for state in states):
+                return
+            time.sleep(0.005)
+        raise SeaweedError(f"weed did not stop within {timeout:.0f} s of SIGSTOP")
+
+    def _thread_states(self) -> list[str]:
+        """The scheduler state of every thread of every process in the server's process group."""
+        assert self._proc is not None
+        group, states = self._proc.pid, []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[2]) != group:  # field 5: the process group
+                    continue
+                for tid in os.listdir(f"/proc/{entry}/task"):
+                    states.append(Path(f"/proc/{entry}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+        return states
 
     def resume(self) -> None:
         self._signal_group(signal.SIGCONT)
