@@ -20,8 +20,9 @@ from app.domain.errors import S3Error
 
 ALGORITHMS: tuple[str, ...] = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
 
-# Raw digest length per algorithm: a header value that does not decode to this many bytes is
-# malformed (InvalidRequest), not merely wrong (BadDigest).
+# Raw digest length per algorithm. A value that is not base64 at all is malformed (InvalidRequest);
+# one that decodes to another length is a digest that cannot match, BadDigest, as S3 answers (the
+# conformance suite's SHA256 of 64 bytes).
 DIGEST_SIZES: dict[str, int] = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32}
 
 _MD5_SIZE = 16
@@ -197,6 +198,7 @@ def verify_expected(digests: BodyDigests, content_md5: str | None, expected: dic
 
     Every declared value is validated for form first (InvalidDigest / InvalidRequest), then
     compared (BadDigest), so a malformed header is reported as such even if another mismatches.
+    A checksum value of the wrong length is well-formed base64 that cannot match: BadDigest.
     """
     md5_expected: bytes | None = None
     if content_md5 is not None:
@@ -208,7 +210,7 @@ def verify_expected(digests: BodyDigests, content_md5: str | None, expected: dic
     for algorithm, value in expected.items():
         name = algorithm.upper()
         raw = _strict_b64decode(value.strip()) if name in DIGEST_SIZES else None
-        if raw is None or len(raw) != DIGEST_SIZES[name]:
+        if raw is None or not raw:
             header = f"x-amz-checksum-{algorithm.lower()}"
             raise S3Error("InvalidRequest", f"Value for {header} header is invalid.")
         decoded[name] = raw

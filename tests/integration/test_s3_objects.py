@@ -376,6 +376,23 @@ def test_wrong_checksum_is_bad_digest(s3: Any, bucket: str, algorithm: str) -> N
     assert status == 404
 
 
+def test_checksum_of_the_wrong_length_is_bad_digest_and_not_base64_is_invalid(s3: Any, bucket: str) -> None:
+    """Issue 25 (conformance suite): the base64 of a hex SHA256 (64 bytes) is a digest that cannot
+    match, BadDigest as S3 answers (was InvalidRequest); a value that is not base64 stays
+    InvalidRequest. Nothing is stored either way."""
+    import base64
+
+    hex_as_b64 = base64.b64encode(hashlib.sha256(b"the real body").hexdigest().encode()).decode()
+    status, error, _ = s3_error(s3.put_object, Bucket=bucket, Key="bad-len", Body=b"the real body",
+                                ChecksumAlgorithm="SHA256", ChecksumSHA256=hex_as_b64)
+    assert (status, error["Code"]) == (400, "BadDigest")
+    status, error, _ = s3_error(s3.put_object, Bucket=bucket, Key="bad-len", Body=b"the real body",
+                                ChecksumAlgorithm="SHA256", ChecksumSHA256="!!not base64!!")
+    assert (status, error["Code"]) == (400, "InvalidRequest")
+    status, error, _ = s3_error(s3.head_object, Bucket=bucket, Key="bad-len")
+    assert status == 404
+
+
 # ------------------------------------------------------------------------------------ versions
 
 
