@@ -220,12 +220,13 @@ class CacheIndex(Protocol):
 
 class BlockFill(Protocol):
     """A block being written; published (whole, by rename) once complete. ``written`` counts the
-    block's bytes."""
+    block's bytes; ``crc`` is their running CRC-32 (zlib's, the same as S3's CRC32 checksum)."""
 
     name: str
     path: Path
     index: int
     written: int
+    crc: int
 
     def write(self, data: bytes | memoryview) -> None: ...
     def seal(self) -> None: ...

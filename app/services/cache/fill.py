@@ -16,6 +16,7 @@ its own GET's body to the fill of the first block; every other fill asks ``self.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 from collections.abc import AsyncIterator
@@ -130,6 +131,23 @@ class Fill:
                 os.close(fd)
 
 
+class BlockCrc:
+    """The whole object's CRC32 checksum when the object is one block: the running CRC-32 the fill
+    file keeps for the block's header is that value, so the bytes are not checksummed twice
+    (a pass costs ~5 ms per 8 MiB here)."""
+
+    algorithm = "CRC32"
+
+    def __init__(self, file: BlockFill) -> None:
+        self.file = file
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        """Nothing: the fill file has already folded these bytes into its CRC."""
+
+    def b64digest(self) -> str:
+        return base64.b64encode((self.file.crc & 0xFFFFFFFF).to_bytes(4, "big")).decode("ascii")
+
+
 class RemoteBlockSource:
     """The default ``BlockSource``: a ranged GET of the remote, ``If-Match`` the entry's ETag, so
     bytes of two versions never mix in one object."""
@@ -196,7 +214,10 @@ class Filling(CacheBase):
         # the checksum the remote stored, when it sent one: corrupt bytes are never published.
         if job.single and length == entry.size:
             job.expected = whole_object_checksum(entry.meta.checksums)
-            job.digest = new_checksum(job.expected[0]) if job.expected else None
+            if job.expected and job.expected[0] == "CRC32":
+                job.digest = BlockCrc(fill.file)  # the fill file's own running CRC: no second pass
+            elif job.expected:
+                job.digest = new_checksum(job.expected[0])
         fill.holds_last = job.digest is not None
         self._spawn(anyio.to_thread.run_sync(self._run_fill, job, limiter=self.fetch_limiter))
         return fill
