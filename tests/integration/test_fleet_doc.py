@@ -200,20 +200,22 @@ def test_fleet_md_commands_start_a_fleet_that_serves_and_destages(seaweed: Any, 
                         code, out, _ = node.run(command)
                         assert code == 0, f"node {i}: {command} failed:\n{out[-3000:]}"
                 port = int(values["FERRY_PORT"])
-                _wait(f"node {i}'s gateway", lambda port=port: _healthy(port), nodes, 90)  # type: ignore[misc]
+                _wait(f"node {i}'s gateway", lambda port=port: _healthy(port), nodes, 90)
 
             [doctor] = [c for c in rest if c.startswith("ferry doctor")]
+            attempts: list[int] = []
             for node in nodes:
                 outs: list[str] = []
 
                 def passes(node: DocNode = node, outs: list[str] = outs) -> bool:
                     code, out, _ = node.run(doctor, timeout=60)
                     outs[:] = [out]
+                    attempts.append(node.index)
                     return code == 0
                 _wait(f"node {node.index}: {doctor} passing", passes, nodes, 90)
                 assert re.search(r"(?m)^.*\bworker\b.*$", outs[0]) and re.search(r"(?m)^.*\bbeat\b.*$", outs[0]), outs[0]
 
-            ports = [int(re.search(r"FERRY_PORT=(\d+)", n.exports).group(1)) for n in nodes]  # type: ignore[union-attr]
+            ports = [int(n.exports.split("FERRY_PORT=", 1)[1].split()[0]) for n in nodes]
             clients = [GatewayProcess(seaweed, workdir / "clients", port=p).client() for p in ports]
             bucket = f"fleetdoc-{tag}"
             body = b"written through node 1 as fleet.md starts it"
@@ -236,7 +238,8 @@ def test_fleet_md_commands_start_a_fleet_that_serves_and_destages(seaweed: Any, 
             with contextlib.suppress(ClientError):
                 remote.delete_object(Bucket=bucket, Key="doc/key")
                 remote.delete_bucket(Bucket=bucket)
-            print(f"fleet.md: pip install . {install_seconds:.0f}s, whole test {time.monotonic() - started:.0f}s")
+            print(f"fleet.md: pip install . {install_seconds:.0f}s, whole test {time.monotonic() - started:.0f}s, "
+                  f"doctor runs per node {[attempts.count(n.index) for n in nodes]}")
         finally:
             for node in nodes:
                 node.stop()
