@@ -243,3 +243,17 @@ def test_fleet_md_commands_start_a_fleet_that_serves_and_destages(seaweed: Any, 
         finally:
             for node in nodes:
                 node.stop()
+            _forget_queues(f"{redis_base}/{REDIS_DB}", tag)
+
+
+def _forget_queues(broker_url: str, tag: str) -> None:
+    """The nodes' queues and kombu bindings in the broker (their names carry the test's tag)."""
+    import redis
+
+    client = redis.Redis.from_url(broker_url)
+    try:
+        keys = list(client.scan_iter(match=f"*{tag}*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
