@@ -12,9 +12,7 @@ sent.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,24 +21,16 @@ import pytest
 
 from tests.support.databases import throwaway_database
 from tests.support.private_redis import PrivateRedis
+from tests.support.run_profile import copy_build_context, empty_venv
 
 pytestmark = pytest.mark.fleet
 ROOT = Path(__file__).resolve().parents[2]
-BUILD_CONTEXT = ("pyproject.toml", "README.md", "app", "workers", "migrations")  # the Dockerfile's COPY lines
 
 
 @pytest.fixture
 def fresh_venv(tmp_path: Path) -> Path:
-    """A copy of what the Dockerfile copies (pip builds in place: no build/ left in the checkout)."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in BUILD_CONTEXT:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(ROOT / name, src / name)
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    src = copy_build_context(tmp_path / "src")
+    venv = empty_venv(tmp_path / "venv")
     done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "."], cwd=src, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, f"pip install . failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
