@@ -88,3 +88,28 @@ def test_wipe_removes_retired_blocks(tmp_path: Path) -> None:
     store.delete(name)
     store.wipe()
     assert not os.listdir(store.retired) and not store.servable(name, 1)
+
+
+def test_a_stream_begun_before_its_blocks_are_deleted_serves_the_old_bytes(tmp_path: Path) -> None:
+    import asyncio
+
+    from tests.unit.test_cache_sweep import BLOCK, cached
+
+    cache = make_cache(tmp_path)
+    names = cached(cache, "k", 40 * BLOCK)
+    for name in names:  # as fills publish them: with their header
+        _block(cache.store, name, b"b" * BLOCK)  # type: ignore[arg-type]
+    entry = cache.index.get("bkt", "k")
+    assert entry is not None and all(cache.store.has(n, BLOCK) for n in names)
+
+    async def run() -> bytes:
+        body = bytearray()
+        stream = cache._stream(entry, 0, entry.size - 1, "hit")
+        async for chunk in stream:
+            body += chunk
+            if len(body) == BLOCK:
+                cache._drop_sync(entry)  # the entry replaced/dropped: every block deleted
+                assert not any(cache.store.has(n, BLOCK) for n in names)
+        return bytes(body)
+
+    assert asyncio.run(run()) == b"b" * (40 * BLOCK)
