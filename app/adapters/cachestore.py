@@ -1,10 +1,19 @@
 """Clean cached blocks on the data directory, and the locks that make their fetch single-flight.
 
 Layout under ``<data_dir>/cache``: ``blocks/ab/<sha256>`` for complete blocks, ``tmp/`` for
-blocks being filled, ``locks`` for POSIX byte-range locks. A block's file name is a hash of
+blocks being filled, ``retired/<sha256>`` for deleted blocks readers may still be walking to,
+``locks`` for POSIX byte-range locks. A block's file name is a hash of
 (bucket, key, ETag, block index): no request input becomes a path, a changed object never reuses
 an old block, and finding a block needs no catalog lookup. A block appears under ``blocks/``
 only by ``rename`` of a complete file, so a reader never sees a partial block.
+
+A block is never unlinked from ``blocks/`` while a reader may still want it: ``delete`` renames
+it into ``retired/`` (same filesystem, same name), and ``open_block`` falls back to that name when
+the block is gone from ``blocks/``. A GET that began serving a version whose entry is then
+replaced, dropped or evicted finds every block it reaches later, in any process of the node, for
+``RETIRED_GRACE_SECONDS``; ``sweep_retired`` unlinks older retired files (their ctime is the
+rename's). Opening every block up front is not an option (a large object has more blocks than a
+process may have descriptors).
 
 The lock of a block is one byte of ``locks`` at an offset derived from its name (``lockf``), so
 any number of blocks share one file; the kernel drops a dead process's locks, so a ``kill -9``
@@ -26,6 +35,10 @@ from pathlib import Path
 from app.adapters.blockformat import DATA_OFFSET, BlockHeader, crc32, parse
 
 LOCK_SPACE = 1 << 40
+# A retired block stays readable this long after its delete (its ctime: the rename's). A GET that
+# reaches a block more than this after its version was replaced, dropped or evicted is still cut
+# (ServiceUnavailable mid-body; the connection drops, the client retries).
+RETIRED_GRACE_SECONDS = 600.0
 
 
 def file_crc(fd: int, length: int, chunk: int = 1 << 20) -> int:
@@ -84,8 +97,11 @@ class CacheStore:
         self.blocks = self.root / "blocks"
         self._blocks = str(self.blocks)
         self.tmp = self.root / "tmp"
+        self.retired = self.root / "retired"
+        self._retired = str(self.retired)
         self.blocks.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
+        self.retired.mkdir(parents=True, exist_ok=True)
         # One descriptor for the process's lifetime: closing any descriptor of a file drops all
         # of the process's POSIX locks on it.
         self._lock_fd = os.open(self.root / "locks", os.O_RDWR | os.O_CREAT, 0o600)
@@ -99,6 +115,39 @@ class CacheStore:
         if len(name) != 64 or not _HEX.issuperset(name):
             raise ValueError("not a block name")
         return f"{self._blocks}/{name[:2]}/{name}"
+
+    def retired_of(self, name: str) -> str:
+        """Where ``delete`` moved the block (one flat directory: its files are transient)."""
+        if len(name) != 64 or not _HEX.issuperset(name):
+            raise ValueError("not a block name")
+        return f"{self._retired}/{name}"
+
+    def open_block(self, name: str) -> int:
+        """A read-only descriptor of a complete block: the published file, or, when it was deleted
+        since the caller decided to serve it, its retired copy (same bytes: a name is one version's
+        block). Raises FileNotFoundError when neither is there."""
+        try:
+            return os.open(self.file_of(name), os.O_RDONLY)
+        except FileNotFoundError:
+            return os.open(self.retired_of(name), os.O_RDONLY)
+
+    def open_file(self, path: str) -> int:
+        """``open_block`` of a block's file name (what ``file_of`` gave): the opener of the
+        segments a server sends itself. Any other path is opened as it is."""
+        name = path[-64:]
+        if len(path) > 64 and path == f"{self._blocks}/{name[:2]}/{name}":
+            return self.open_block(name)
+        return os.open(path, os.O_RDONLY)
+
+    def servable(self, name: str, size: int) -> bool:
+        """Whether ``open_block`` would find the block: published (header checked), or retired
+        with the right size. For a reader already serving its entry: a fill decides by ``has``."""
+        if self.has(name, size):
+            return True
+        try:
+            return os.stat(self.retired_of(name)).st_size == DATA_OFFSET + size
+        except FileNotFoundError:
+            return False
 
     def read_small(self, name: str, limit: int) -> bytes | None:
         """The whole data of a complete block of at most ``limit`` bytes, read with its header in
@@ -181,14 +230,60 @@ class CacheStore:
             os.unlink(fill.path)
 
     def delete(self, name: str) -> int:
-        """Drop a block; returns the block bytes freed (0 if it was not there), as accounted."""
-        path = self.path(name)
+        """Drop a block; returns the block bytes freed (0 if it was not there), as accounted.
+
+        The file is retired, not unlinked: renamed into ``retired/`` (atomic, on the same
+        filesystem), where a reader that decided to serve it before finds it (``open_block``)
+        until ``sweep_retired``. Its bytes count as freed at once; they stay on the disk for
+        the grace (``sweep_retired`` frees them early when the disk is short)."""
+        path = self.file_of(name)
         try:
             size = os.stat(path).st_size
-            os.unlink(path)
         except FileNotFoundError:
             return 0
+        for attempt in range(2):
+            try:
+                os.rename(path, self.retired_of(name))
+                break
+            except FileNotFoundError:
+                if attempt or not os.path.exists(path):
+                    return 0  # deleted by another process meanwhile
+                self.retired.mkdir(parents=True, exist_ok=True)  # a wipe elsewhere just removed it
         return max(0, size - DATA_OFFSET)
+
+    def sweep_retired(self, grace: float = RETIRED_GRACE_SECONDS, need: int = 0) -> tuple[int, int]:
+        """Unlink retired blocks older than ``grace`` seconds (by ctime, which the rename set);
+        returns (files, bytes). With ``need``, the oldest are unlinked as well, until ``need``
+        bytes are freed (a disk short of space: those are cut for readers that still reach them).
+        The caller holds the data dir's retired lock (``services/cache/orphans.RETIRED_LOCK``)."""
+        cutoff = time.time() - grace
+        files = freed = 0
+        younger: list[tuple[float, str, int]] = []
+        try:
+            it = os.scandir(self.retired)
+        except FileNotFoundError:  # a wipe in another process, between its rmtree and mkdir
+            return 0, 0
+        with it:
+            for item in it:
+                try:
+                    st = item.stat(follow_symlinks=False)
+                    if st.st_ctime >= cutoff:
+                        if need:
+                            younger.append((st.st_ctime, item.path, st.st_size))
+                        continue
+                    os.unlink(item.path)
+                except FileNotFoundError:
+                    continue
+                files += 1
+                freed += st.st_size
+        for _, path, size in sorted(younger):
+            if freed >= need:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                files += 1
+                freed += size
+        return files, freed
 
     def clear_stale_tmp(self, older_than: float) -> int:
         """Partial blocks left by a crash are garbage. Only ``tmp/`` is scanned (it holds only
@@ -224,9 +319,11 @@ class CacheStore:
                 yield item.name, st.st_ctime, st.st_size
 
     def wipe(self) -> None:
-        """Drop every cached block (clean data only lives here; the remote has it)."""
+        """Drop every cached block (clean data only lives here; the remote has it), retired ones too."""
         shutil.rmtree(self.blocks, ignore_errors=True)
+        shutil.rmtree(self.retired, ignore_errors=True)
         self.blocks.mkdir(parents=True, exist_ok=True)
+        self.retired.mkdir(parents=True, exist_ok=True)
 
     # ---- cross-process locks -----------------------------------------------------------------
     @staticmethod

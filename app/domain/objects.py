@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -48,11 +49,14 @@ class ObjectAttributes:
 
 @dataclass(frozen=True, slots=True)
 class FileSegment:
-    """Bytes ``offset .. offset+length-1`` of a local file: a hit the server may send zero-copy."""
+    """Bytes ``offset .. offset+length-1`` of a local file: a hit the server may send zero-copy.
+    ``opener`` opens ``path`` read-only (the block store's: a block deleted since the lookup is
+    still found where the store retired it); None: ``os.open`` of the path."""
 
     path: str
     offset: int
     length: int
+    opener: Callable[[str], int] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

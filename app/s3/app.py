@@ -266,7 +266,7 @@ def _open_segments(response: Response, extensions: Mapping[str, Any] | None) -> 
     fds: list[int] = []
     try:
         for segment in files[:EAGER_OPEN]:
-            fds.append(os.open(segment.path, os.O_RDONLY))
+            fds.append(_open_segment(segment))
     except OSError:
         for fd in fds:
             os.close(fd)
@@ -274,13 +274,20 @@ def _open_segments(response: Response, extensions: Mapping[str, Any] | None) -> 
     return fds
 
 
+def _open_segment(segment: FileSegment) -> int:
+    """A descriptor of the segment's file, by the opener its producer gave (the cache's finds a
+    block retired since the lookup: opened late, it is still the same version's bytes)."""
+    return segment.opener(segment.path) if segment.opener is not None else os.open(segment.path, os.O_RDONLY)
+
+
 async def _send_segments(send: Send, files: list[FileSegment], opened: list[int]) -> None:
     """The body as zerocopysend messages. Segments past the eagerly opened ones are opened as they
-    come; one evicted by then fails the response, which drops the connection (never a short body)."""
+    come, by their opener (the cache's finds a block deleted since the lookup, for a grace); one
+    gone even so fails the response, which drops the connection (never a short body)."""
     pending = list(opened)
     try:
         for index, segment in enumerate(files):
-            fd = pending[index] if index < len(pending) else os.open(segment.path, os.O_RDONLY)
+            fd = pending[index] if index < len(pending) else _open_segment(segment)
             try:
                 await send({"type": ZEROCOPY, "file": fd, "offset": segment.offset, "count": segment.length,
                             "more_body": True})

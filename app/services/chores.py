@@ -56,6 +56,7 @@ class CacheChores(Protocol):
     def janitor_pass(self, enforce: bool = True) -> None: ...
     def revalidate_all(self) -> dict[str, int]: ...
     def sweep_orphans(self) -> tuple[int, int]: ...
+    def sweep_retired(self) -> tuple[int, int]: ...
     def flush_touches(self) -> None: ...
 
 
@@ -83,6 +84,7 @@ class Intervals:
     scrub: float = 10.0  # at most ~3 MiB/s of reads (SCRUB_BYTES_PER_PASS every 10 s)
     orphans: float = 86400.0  # the orphan sweep walks every block file: daily ...
     orphans_first: float = 60.0  # ... and a minute after start
+    retired: float = 60.0  # retired blocks past their grace (cachestore.RETIRED_GRACE_SECONDS)
     touches: float = 1.0  # access times buffered in each serving process
     staging_recovery: float = 10.0  # running staging jobs whose heartbeat stopped (staging.STALE_AFTER)
     remote_uploads: float = 3600.0  # FERRY_REMOTE_UPLOAD_SWEEP_INTERVAL: remote uploads nothing owns
@@ -159,6 +161,7 @@ CHORES: tuple[Chore, ...] = (
     Chore("cache-eviction", "node", lambda p: p.cache.janitor_pass(True), lambda i: i.eviction, guard="janitor"),
     Chore("cache-orphans", "node", lambda p: p.cache.sweep_orphans(), lambda i: i.orphans,
           lambda i: i.orphans_first),
+    Chore("cache-retired", "node", lambda p: p.cache.sweep_retired(), lambda i: i.retired),
     Chore("cache-scrub", "node", _scrub, lambda i: i.scrub),
     # The entries and blocks it compares are this node's (CacheIndex rows carry the node id).
     Chore("cache-revalidation", "node", lambda p: p.cache.revalidate_all(), lambda i: i.revalidate),

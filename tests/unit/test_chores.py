@@ -194,7 +194,7 @@ def test_fleet_mode_routes_node_chores_to_the_node_and_shared_ones_to_the_shared
     queues = {entry["task"]: entry["options"]["queue"] for entry in schedule.values()}
     assert queues == {"ferry.sweep": "ferry.n-1", "ferry.upload-expiry": "ferry.n-1", "ferry.replica-takeover": "ferry.n-1",
                       "ferry.cache-janitor": "ferry.n-1", "ferry.cache-eviction": "ferry.n-1",
-                      "ferry.cache-orphans": "ferry.n-1", "ferry.cache-scrub": "ferry.n-1",
+                      "ferry.cache-orphans": "ferry.n-1", "ferry.cache-retired": "ferry.n-1", "ferry.cache-scrub": "ferry.n-1",
                       "ferry.cache-revalidation": "ferry.n-1", "ferry.compact": SHARED_QUEUE,
                       "ferry.remote-uploads": SHARED_QUEUE,
                       "ferry.staging-recovery": "ferry.n-1", "ferry.heartbeat": "ferry.n-1"}
@@ -209,7 +209,7 @@ def test_the_serving_process_runs_only_its_own_chores_in_fleet_mode(tmp_path: Pa
     embedded = Settings(data_dir=tmp_path)
     fleet = Settings(data_dir=tmp_path, broker_url="redis://127.0.0.1:6379/15", node_id="n-1")
     for settings, names in ((embedded, {"sweep", "replica-takeover", "upload-expiry", "cache-janitor",
-                                        "cache-eviction", "cache-orphans",
+                                        "cache-eviction", "cache-orphans", "cache-retired",
                                         "cache-scrub", "cache-revalidation", "compact", "remote-uploads", "cache-touches",
                                         "staging-recovery"}),
                             (fleet, {"cache-touches"})):

@@ -1,16 +1,25 @@
 """Eviction: keeping the cache within the node's budget, tenant and bucket quotas and the data
 disk's reserve (LRU by last access, pinned prefixes skipped), and the operator's evict and wipe.
 Only clean data is in the cache: eviction never touches the journal's dirty bytes, it counts them.
+The retired sweep: deleted blocks (renamed into ``cache/retired/`` for readers still walking to
+them, adapters/cachestore.py) are unlinked once their grace is over, by one process per data dir.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 from app import metrics
+from app.adapters.cachestore import RETIRED_GRACE_SECONDS
 from app.services.cache.base import CacheBase
 
 log = logging.getLogger("ferry.cache")
+
+RETIRED_LOCK = "c" * 64  # one process per data directory unlinks retired blocks
+# A lock of cache/locks is the process's: a second thread of the holder would get it too, and its
+# unlock would free the first's. Threads of one process take this one first.
+_retired_in_process = threading.Lock()
 
 
 class Eviction(CacheBase):
@@ -60,7 +69,11 @@ class Eviction(CacheBase):
                 if used > quota:
                     freed += self.evict(used - quota, bucket=bucket, reason="bucket-quota")
         if (spare := self.disk.spare()) < 2 * self.block_size:
-            freed += self.evict(4 * self.block_size - spare, reason="disk")  # up to a low-water mark
+            # Retired blocks first: their bytes were counted freed, but they are still on the disk
+            # (a reader still reaching one of those is cut: the disk is short of space).
+            self.sweep_retired(need=4 * self.block_size - spare)
+            if (spare := self.disk.spare()) < 2 * self.block_size:
+                freed += self.evict(4 * self.block_size - spare, reason="disk")  # up to a low-water mark
         if self.budget_bytes:
             used = self.index.total_bytes() + self.dirty_bytes()
             if used > self.budget_bytes:
@@ -115,3 +128,22 @@ class Eviction(CacheBase):
         self.store.wipe()
         metrics.evicted("wipe", count, usage)
         return count, usage
+
+    def sweep_retired(self, grace: float = RETIRED_GRACE_SECONDS, need: int = 0) -> tuple[int, int]:
+        """Unlink retired blocks past ``grace`` (and, with ``need``, the oldest others until that
+        many bytes are freed); returns (files, bytes). Under the data dir's retired lock: (0, 0)
+        when another process (or thread) of the node is at it."""
+        if not _retired_in_process.acquire(blocking=False):
+            return 0, 0
+        try:
+            if not self.store.try_lock(RETIRED_LOCK):
+                return 0, 0
+            try:
+                files, freed = self.store.sweep_retired(grace, need)
+            finally:
+                self.store.unlock(RETIRED_LOCK)
+        finally:
+            _retired_in_process.release()
+        if files:
+            log.debug("cache sweep unlinked %d retired block files (%d bytes)", files, freed)
+        return files, freed

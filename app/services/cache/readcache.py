@@ -211,6 +211,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
 
     async def start(self) -> None:
         await self._run(self.store.clear_stale_tmp, 600.0)
+        await self._run(self.sweep_retired)  # retired by an earlier run, past their grace
 
     async def stop(self) -> None:
         for task in list(self._tasks):

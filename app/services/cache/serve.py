@@ -33,14 +33,15 @@ class Serving(CacheBase):
             return []
         size = entry.block_size
         segments = []
+        opener = self.store.open_file  # a block deleted later is still found (retired)
         for idx in range(first // size, last // size + 1):
-            path = self.store.path(self._name(entry, idx))
+            name = self._name(entry, idx)
             length = entry.block_length(idx)
-            if self.store.size_of(self._name(entry, idx)) != length:
+            if self.store.size_of(name) != length:
                 return None
             start = max(first, idx * size) - idx * size
             end = min(last, idx * size + length - 1) - idx * size
-            segments.append(FileSegment(str(path), DATA_OFFSET + start, end - start + 1))
+            segments.append(FileSegment(self.store.file_of(name), DATA_OFFSET + start, end - start + 1, opener))
         return segments
 
     def _small_hit(self, entry: Entry, first: int, last: int) -> tuple[bytes, list[FileSegment]] | None:
@@ -58,7 +59,7 @@ class Serving(CacheBase):
             return None
         start = first - idx * size
         body = data[start:last - idx * size + 1] if start or last - idx * size + 1 != len(data) else data
-        return body, [FileSegment(self.store.file_of(name), DATA_OFFSET + start, len(body))]
+        return body, [FileSegment(self.store.file_of(name), DATA_OFFSET + start, len(body), self.store.open_file)]
 
     async def _stream(self, entry: Entry, first: int, last: int, outcome: str, *,
                       record: bool = True, file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
@@ -70,8 +71,10 @@ class Serving(CacheBase):
         served = 0
 
         def fetch_ahead(lo: int, hi: int) -> None:
+            # A block retired since this read began is still this version's: it is served from
+            # there, not fetched again (If-Match of a replaced version would fail).
             for ahead in range(lo, min(b1, hi) + 1):
-                if ahead not in pending and not self.store.has(self._name(entry, ahead), entry.block_length(ahead)):
+                if ahead not in pending and not self.store.servable(self._name(entry, ahead), entry.block_length(ahead)):
                     pending[ahead] = asyncio.ensure_future(self.acquire(entry, ahead))
 
         # Readahead starts once the first chunk is on its way: started earlier, its requests
@@ -82,12 +85,20 @@ class Serving(CacheBase):
                 # Keep up to fetch_concurrency blocks in flight ahead of the reader.
                 fetch_ahead(idx, idx + self.fetch_concurrency - 1 if reading_ahead else idx)
                 task = pending.pop(idx, None)
-                source = (await task)[0] if task is not None else self.store.path(self._name(entry, idx))
+                source = (await task)[0] if task is not None else None
                 start = max(first, idx * size) - idx * size
                 end = min(last, idx * size + entry.block_length(idx) - 1) - idx * size
-                if not isinstance(source, Fill) and not os.path.exists(source):
-                    source, _ = await self.acquire(entry, idx)  # evicted meanwhile: fetch it again
-                async for chunk in self._serve(source, start, end, file_ranges):
+                if not isinstance(source, Fill):
+                    # Opened, not checked then opened: a block deleted meanwhile (a new version,
+                    # a drop, an eviction, in any process) is found retired; one gone from both
+                    # is fetched again.
+                    try:
+                        source = self.store.open_block(self._name(entry, idx))
+                    except FileNotFoundError:
+                        source, _ = await self.acquire(entry, idx)
+                chunks = (self._serve(source, start, end, file_ranges) if isinstance(source, Fill)
+                          else self._serve_open(source, start, end, file_ranges))
+                async for chunk in chunks:
                     served += len(chunk)
                     yield chunk
                     if not reading_ahead:
@@ -101,18 +112,29 @@ class Serving(CacheBase):
 
     async def _serve(self, source: Any, start: int, end: int,
                      file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
+        """Bytes of a block from its Fill (following it while it fills), its file path or an
+        open descriptor of it (``_serve_open`` takes it over)."""
         if isinstance(source, Fill):
             fd = source.reader_fd()
             if fd is not None:
                 async for chunk in source.follow(fd, start, end, file_ranges):
                     yield chunk
                 return
-            source = self.store.path(source.name)
+            source = source.name
+        if not isinstance(source, int):
+            try:
+                source = self.store.open_block(source if isinstance(source, str) and len(source) == 64
+                                               else os.path.basename(source))
+            except FileNotFoundError as exc:  # deleted and swept (past the retired grace): the client retries
+                raise S3Error("ServiceUnavailable", "A cached block disappeared while being served.") from exc
+        async for chunk in self._serve_open(source, start, end, file_ranges):
+            yield chunk
+
+    @staticmethod
+    async def _serve_open(fd: int, start: int, end: int,
+                          file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
+        """Bytes ``start..end`` of an open block file; closes ``fd`` when done."""
         length = end - start + 1
-        try:
-            fd = os.open(source, os.O_RDONLY)
-        except FileNotFoundError as exc:  # evicted between check and open: the client retries
-            raise S3Error("ServiceUnavailable", "A cached block disappeared while being served.") from exc
         try:
             if length <= INLINE_READ:
                 yield os.pread(fd, length, DATA_OFFSET + start)
@@ -121,7 +143,8 @@ class Serving(CacheBase):
                 yield FileRange(fd, DATA_OFFSET + start, length)
                 return
             # Slices of a read-only map go to the socket without a copy into Python bytes; the
-            # map is freed when the last slice is (block files are never truncated, only unlinked).
+            # map is freed when the last slice is (block files are never truncated, only retired
+            # and unlinked).
             view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
             pos, end = DATA_OFFSET + start, DATA_OFFSET + end
             while pos <= end:
