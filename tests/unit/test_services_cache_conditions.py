@@ -49,6 +49,7 @@ def test_a_fresh_entry_answers_304_and_412_with_zero_remote_requests(tmp_path: P
         await fills_settled(cache)
         for index in range(3):
             assert cache.store.delete(block_name("b", "k", etag, index, BLOCK))
+        cache.store.sweep_retired(grace=0)  # gone for good, not only retired (a reader could still use those)
         for disk in (DiskReserve(tmp_path, 0, 0.0), DiskReserve(tmp_path, 1 << 62, 0.0)):  # roomy, then full
             cache.disk = disk
             remote.calls.clear()
