@@ -239,7 +239,10 @@ def test_nothing_escaped_the_data_dir(gateway: GatewayProcess, gateway_tls: Gate
         assert {"tmp", "blobs"} <= entries
         cache = root / "cache"
         if cache.exists():  # the read cache: block files named by sha256, never by a key
-            assert set(os.listdir(cache)) <= {"blocks", "tmp", "locks"}
+            assert set(os.listdir(cache)) <= {"blocks", "tmp", "locks", "retired"}
+            retired = cache / "retired"  # deleted blocks a reader may still reach: same names, flat
+            if retired.exists():
+                assert all(re.fullmatch(r"[0-9a-f]{64}", f) for f in os.listdir(retired))
             for dirpath, _dirnames, filenames in os.walk(cache / "blocks"):
                 assert all(re.fullmatch(r"[0-9a-f]{64}", f) and f.startswith(Path(dirpath).name) for f in filenames)
             assert all(re.fullmatch(r"[0-9a-f]{64}\.[0-9a-f]{8}", f) for f in os.listdir(cache / "tmp"))
