@@ -147,6 +147,24 @@ def referenced_blobs(database_url: str, node_id: str) -> set[str]:
     return ids
 
 
+def describe_blob(node: FleetNode, blob_id: str) -> str:
+    """What a leaked blob is: its age, whether a drop intent names it, which rows (any state) do."""
+    path = _blob_files(node.gw.data_dir).get(blob_id)
+    age = f"{time.time() - path.stat().st_mtime:.0f}s old" if path is not None and path.exists() else "gone"
+    intent = (node.gw.data_dir / "tmp" / blob_id).exists()
+    engine = create_engine(node.database_url)
+    try:
+        with engine.connect() as conn:
+            rows = [f"seq {seq} {state} {key}" for seq, state, key, blobs in conn.execute(text(
+                "SELECT seq, state, key, blobs_json FROM object_versions WHERE blobs_json LIKE :b"),
+                {"b": f"%{blob_id}%"})]
+            parts = [f"part {n} of {u}" for u, n in conn.execute(text(
+                "SELECT upload_id, part_number FROM multipart_parts WHERE blob = :b"), {"b": blob_id})]
+    finally:
+        engine.dispose()
+    return f"{blob_id}: {age}, intent={'yes' if intent else 'no'}, rows={rows + parts}"
+
+
 def unaccounted_blocks(database_url: str, node_id: str, data_dir: Path) -> list[Path]:
     """Cache block files that no ready entry of the node names."""
     from app.domain.cache import block_name
@@ -182,7 +200,8 @@ def check_leaks(record: Record, node: FleetNode, bucket: str, settle: float = 20
             break
         time.sleep(0.5)
     if orphans:
-        record.odd(f"{len(orphans)} blob files leaked (no dirty row or open part names them): {orphans[:3]}")
+        record.odd(f"{len(orphans)} blob files leaked (no dirty row or open part names them): "
+                   f"{[describe_blob(node, name) for name in orphans[:3]]}")
     stale_tmp = [p.name for p in (node.gw.data_dir / "tmp").glob("*")] if (node.gw.data_dir / "tmp").exists() else []
     before = unaccounted_blocks(node.database_url, node.node_id, node.gw.data_dir)
     swept = admin(node.gw, "POST", "/admin/cache/sweep", {"grace_seconds": 0})

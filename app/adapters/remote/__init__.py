@@ -14,6 +14,6 @@ from __future__ import annotations
 
 from app.adapters.remote.client import RemoteConfig
 from app.adapters.remote.store import RemoteStore
-from app.adapters.remote.wire import body_failure, object_params, read_available, translate_errors, wire_str
+from app.adapters.remote.wire import body_failure, object_params, read_available, translate_errors
 
-__all__ = ["RemoteConfig", "RemoteStore", "body_failure", "object_params", "read_available", "translate_errors", "wire_str"]
+__all__ = ["RemoteConfig", "RemoteStore", "body_failure", "object_params", "read_available", "translate_errors"]

@@ -1,5 +1,5 @@
 """Client construction: one boto3 client per remote (thread-safe), its connection pool sized for
-parallel transfers, and its event hooks (raw metadata bytes, a raw ``Expires`` string, the
+parallel transfers, and its event hooks (header values sent and signed as their raw bytes, a raw ``Expires`` string, the
 destage lease fence)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import boto3
 from botocore.config import Config
 from botocore.handlers import validate_ascii_metadata
 
+from app.adapters.remote import rawsig
 from app.domain import fencing
 
 
@@ -55,6 +56,7 @@ def make_client(cfg: RemoteConfig) -> Any:
         verify=cfg.verify_tls,
     )
     _register_expires_passthrough(client)
+    rawsig.install(client)
     # A destage's write (or botocore's retry of it) never starts once its lease is over.
     client.meta.events.register("before-send.s3.*", _lease_fence, unique_id="ferry-lease-fence")
     return client

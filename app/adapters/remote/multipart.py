@@ -7,7 +7,7 @@ import contextlib
 from datetime import datetime
 from typing import Any, BinaryIO
 
-from app.adapters.remote.wire import _CHECKSUM_PARAM, object_params, translate_errors, wire_str
+from app.adapters.remote.wire import _CHECKSUM_PARAM, object_params, translate_errors
 from app.domain.errors import S3Error
 
 
@@ -25,7 +25,7 @@ class MultipartOps:
             if checksum_type:  # the remote then keeps the same kind of checksum Complete answered
                 kwargs["ChecksumType"] = checksum_type
         if "expires" in content_headers:
-            kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
+            kwargs["FerryExtraHeaders"] = {"Expires": content_headers["expires"]}
         with translate_errors(bucket, key):
             return str(self.client.create_multipart_upload(**kwargs)["UploadId"])
 

@@ -12,7 +12,6 @@ from app.adapters.remote.wire import (
     _meta_from_response,
     object_params,
     translate_errors,
-    wire_str,
 )
 from app.adapters.remote_get import LeanGetter, client_error, meta_from_headers, streaming_body
 from app.domain.checksums import ALGORITHMS
@@ -126,7 +125,7 @@ class ObjectOps:
         for alg, value in checksums.items():
             kwargs[_CHECKSUM_PARAM[alg]] = value
         if "expires" in content_headers:
-            kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
+            kwargs["FerryExtraHeaders"] = {"Expires": content_headers["expires"]}
         with translate_errors(bucket, key):
             resp = self.client.put_object(**kwargs)
         return str(resp.get("ETag", "")).strip('"')
@@ -139,7 +138,7 @@ class ObjectOps:
             kwargs.update(object_params(content_headers, metadata))
             kwargs["MetadataDirective"] = "REPLACE"
             if "expires" in content_headers:
-                kwargs["FerryExtraHeaders"] = {"Expires": wire_str(content_headers["expires"])}
+                kwargs["FerryExtraHeaders"] = {"Expires": content_headers["expires"]}
         with translate_errors(src_bucket, src_key):
             resp = self.client.copy_object(**kwargs)
         result = resp.get("CopyObjectResult", {})

@@ -118,22 +118,7 @@ def object_params(meta_headers: dict[str, str], metadata: dict[str, str]) -> dic
             # boto3 wants a datetime; pass the original string through the header instead.
             continue
         if param:
-            params[param] = wire_str(value)
+            params[param] = value
     if metadata:
-        params["Metadata"] = {name: wire_str(value) for name, value in metadata.items()}
+        params["Metadata"] = dict(metadata)  # latin-1 strings of raw bytes: see rawsig.py
     return params
-
-
-def wire_str(value: str) -> str:
-    """The str botocore puts on the wire as the client's original bytes.
-
-    Header values arrive as latin-1 strings of the raw bytes; botocore encodes header strings
-    as UTF-8, so raw UTF-8 (what clients send for non-ASCII metadata) must be handed over
-    decoded, or it reaches the remote double-encoded. Other bytes are passed as they are.
-    """
-    if value.isascii():
-        return value
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
-        return value
