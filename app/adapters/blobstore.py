@@ -129,6 +129,14 @@ class BlobStore:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.tmp / blob_id)
 
+    def intend_drop(self, blob_ids: list[str]) -> None:
+        """``pending`` for each blob a catalog commit is about to release (ids of another node's
+        disk are not here and are skipped): a crash between that commit and the unlinks then
+        leaves intents that ``recover`` acts on, never files nothing names. If the commit fails
+        instead, the intents name blobs rows still hold, which ``recover`` and ``collect`` keep."""
+        for blob_id in blob_ids:
+            self.pending(blob_id)
+
     def discard(self, staging: StagingFile) -> None:
         staging.close()
         with contextlib.suppress(FileNotFoundError):

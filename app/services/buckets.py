@@ -76,7 +76,7 @@ class BucketsService(GatewayCore):
         A remote upload being opened is waited for, so it is aborted before the bucket goes."""
         await settled_remote_upload(self.catalog, self._run, upload_id)
         try:
-            blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id)
+            blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id, self.blobs.intend_drop)
         except UploadNotOpen:
             raise S3Error("BucketNotEmpty", BucketName=bucket) from None
         for blob in blobs:  # parts held by another node's disk are not here: nothing to delete

@@ -102,7 +102,7 @@ class MultipartService(ConditionalWrites):
                         received.checksums)
         try:
             replica = await self._replicate_part(bucket, key, part, blob)
-            old = await self._run(self.catalog.put_part, upload_id, part, blob, replica)
+            old = await self._run(self.catalog.put_part, upload_id, part, blob, replica, self.blobs.intend_drop)
         except UploadNotOpen as exc:
             await self._run(self.blobs.delete, blob)
             raise _not_open(exc.state, upload_id) from None
@@ -193,9 +193,10 @@ class MultipartService(ConditionalWrites):
         await settled_remote_upload(self.catalog, self._run, upload_id)  # its opener's id, to abort here
         held = await part_gather.holders(self, upload_id)
         try:
-            blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id)
+            blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id, self.blobs.intend_drop)
         except UploadNotOpen as exc:  # a Complete claimed it meanwhile
             raise _not_open(exc.state, upload_id) from None
+
         for blob in blobs:  # an id of another node's disk is not found here: harmless
             await self._run(self.blobs.delete, blob)
         part_gather.drop_elsewhere(self, held)  # parts other nodes took
@@ -284,6 +285,8 @@ class MultipartService(ConditionalWrites):
             remote_id = await settled_remote_upload(self.catalog, self._run, upload_id, BUFFERED_COMPLETE_WAIT)
             # The parts become the object's blobs: no byte is copied again (here; a replica is a copy).
             replica = await self._replicate(bucket, key, pieces)
+            unused = sorted(gathered.here - {p.blob for p in pieces})  # parts uploaded, not completed
+            self.blobs.intend_drop(unused)
             row = await self._run(functools.partial(
                 self.journal.append_put, bucket, key, size, etag, pieces, multipart=True,
                 content_headers=content, metadata=metadata,
@@ -291,7 +294,7 @@ class MultipartService(ConditionalWrites):
                 checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=claim,
                 remote_upload_id=remote_id, invalidate_cache=True, replica=replica))
             part_gather.settle_pulled(self, gathered)
-            for blob in gathered.here - {p.blob for p in pieces}:
+            for blob in unused:
                 await self._run(self.blobs.delete, blob)
             await mode.hand_on(row)
             return etag, checksums
@@ -299,6 +302,7 @@ class MultipartService(ConditionalWrites):
         spec = UploadSpec(bucket, key, size, etag, pieces, True, content, metadata, checksums,
                           info.checksum_algorithm, remote_id)
         await self._run(upload, self.remote, self.blobs, spec, self.part_concurrency)
+        self.blobs.intend_drop(sorted(gathered.here))
         await self._run(self.catalog.finish_upload, claim)
         for blob in gathered.here | set(gathered.pulled):
             await self._run(self.blobs.delete, blob)

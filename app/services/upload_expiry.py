@@ -65,7 +65,7 @@ class UploadExpiry:
             found = self.catalog.get_upload(upload_id)
             self._wait_for_opener(upload_id)  # as a client's Abort does: its remote upload is aborted here
             try:
-                blobs, remote_id = self.catalog.abort_upload(upload_id)
+                blobs, remote_id = self.catalog.abort_upload(upload_id, self.blobs.intend_drop)
             except UploadNotOpen:
                 continue  # completed or aborted meanwhile
             for blob in blobs:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -154,9 +154,11 @@ class Catalog(KeyClaims, RemoteOpenings):
             return s.scalar(select(MultipartUpload.remote_upload_id).where(
                 MultipartUpload.upload_id == upload_id, MultipartUpload.state != UploadState.COMPLETED.value))
 
-    def put_part(self, upload_id: str, part: PartInfo, blob: str, replica: PartSource | None = None) -> str | None:
+    def put_part(self, upload_id: str, part: PartInfo, blob: str, replica: PartSource | None = None,
+                 intend_drop: Callable[[list[str]], None] | None = None) -> str | None:
         """Record a part (replacing an earlier upload of the same number); returns the old blob.
-        ``replica``: the other node holding a copy of it (``write_replicas: 2``).
+        ``replica``: the other node holding a copy of it (``write_replicas: 2``). ``intend_drop``
+        is told the old blob before the commit (so a crash right after it does not leak the file).
 
         The no-op update locks the upload row, so a part commits either before a Complete's
         claim (which then sees it) or not at all (UploadNotOpen)."""
@@ -165,6 +167,8 @@ class Catalog(KeyClaims, RemoteOpenings):
             old = s.get(MultipartPart, (upload_id, part.part_number))
             old_blob = old.blob if old else None
             if old is not None:
+                if intend_drop is not None:
+                    intend_drop([old.blob])
                 s.delete(old)
                 s.flush()
             s.add(MultipartPart(upload_id=upload_id, part_number=part.part_number, size=part.size,
@@ -236,14 +240,18 @@ class Catalog(KeyClaims, RemoteOpenings):
         out.sort(key=lambda u: (u.key, u.initiated))
         return out[:limit]
 
-    def abort_upload(self, upload_id: str) -> tuple[list[str], str | None]:
+    def abort_upload(self, upload_id: str, intend_drop: Callable[[list[str]], None] | None = None
+                     ) -> tuple[list[str], str | None]:
         """Remove an open upload and its parts (a CAS on ``open``: never one being completed);
-        returns their blobs and the remote upload for the caller to delete. Raises UploadNotOpen."""
+        returns their blobs and the remote upload for the caller to delete. Raises UploadNotOpen.
+        ``intend_drop`` is told the blobs before the commit (a crash right after it leaks none)."""
         with self.sessions.begin() as s:
             self._lock_open(s, upload_id)
             remote_id = s.scalar(select(MultipartUpload.remote_upload_id)
                                  .where(MultipartUpload.upload_id == upload_id))
             blobs = list(s.scalars(select(MultipartPart.blob).where(MultipartPart.upload_id == upload_id)))
+            if intend_drop is not None:
+                intend_drop(blobs)
             s.execute(delete(MultipartPart).where(MultipartPart.upload_id == upload_id))
             s.execute(delete(MultipartUpload).where(MultipartUpload.upload_id == upload_id))
         return blobs, remote_id

@@ -1,0 +1,82 @@
+"""A kill -9 between a catalog commit that releases part blobs and their unlinks leaks no file:
+the blobs are named by drop intents before the commit, and the restart's recovery acts on them
+(app/adapters/blobstore.py ``intend_drop``; app/adapters/catalog/repo.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from app.adapters.blobstore import BlobStore
+from app.adapters.catalog.engine import make_engine
+from app.adapters.catalog.journal import Journal
+from app.adapters.catalog.migrate import upgrade
+from app.adapters.catalog.repo import Catalog
+from app.domain.objects import PartInfo
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Catalog:
+    url = f"sqlite:///{tmp_path / 'ferry.db'}"
+    upgrade(url)
+    cat = Catalog(make_engine(url), "unit")
+    cat.create_upload("u1", "b", "k", None, {}, None)
+    return cat
+
+
+def _blob(store: BlobStore, body: bytes) -> str:
+    staging = store.open_staging()
+    staging.write(body)
+    blob = store.commit(staging)
+    store.settle(blob)  # as a committed part row holds it
+    return blob
+
+
+def _files(store: BlobStore) -> set[str]:
+    return {p.name for p in store.blobs.rglob("*") if p.is_file()}
+
+
+def _recover(store: BlobStore, catalog: Catalog) -> None:
+    """What ``ferry serve`` does at its next start, after the kill."""
+    store.recover(Journal(catalog.engine, "unit").blobs_referenced)
+
+
+def _part(number: int, body: bytes) -> PartInfo:
+    return PartInfo(number, len(body), "e", datetime.now(UTC), {})
+
+
+def test_a_crash_after_an_abort_commit_leaves_no_part_file(catalog: Catalog, tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "data", fsync=False)
+    blobs = [_blob(store, b"one"), _blob(store, b"two")]
+    for number, blob in enumerate(blobs, 1):
+        catalog.put_part("u1", _part(number, b"x"), blob, None, store.intend_drop)
+    keep = _blob(store, b"a dirty write's body")  # named by a row of someone else: never touched
+    released, _ = catalog.abort_upload("u1", store.intend_drop)
+    assert sorted(released) == sorted(blobs)
+    # killed here: the rows are gone, the unlinks never ran
+    assert _files(store) == {*blobs, keep}
+    _recover(store, catalog)
+    assert _files(store) == {keep}
+
+
+def test_a_crash_after_a_part_is_replaced_drops_only_the_old_body(catalog: Catalog, tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "data", fsync=False)
+    old, new = _blob(store, b"first send"), _blob(store, b"second send")
+    catalog.put_part("u1", _part(1, b"x"), old, None, store.intend_drop)
+    assert catalog.put_part("u1", _part(1, b"x"), new, None, store.intend_drop) == old
+    # killed here, before the old body's unlink
+    _recover(store, catalog)
+    assert _files(store) == {new}
+    assert [blob for _, blob in catalog.parts("u1")] == [new]
+
+
+def test_an_intent_whose_commit_failed_keeps_the_blob(catalog: Catalog, tmp_path: Path) -> None:
+    """An abort refused (the upload is being completed) after its intents: the parts stay."""
+    store = BlobStore(tmp_path / "data", fsync=False)
+    blob = _blob(store, b"part")
+    catalog.put_part("u1", _part(1, b"x"), blob, None, store.intend_drop)
+    store.intend_drop([blob])  # as the failed commit's callback did
+    _recover(store, catalog)
+    assert _files(store) == {blob}
