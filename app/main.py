@@ -46,7 +46,8 @@ def control_app(container: Container) -> FastAPI:
             await container.staging.shutdown()
             if listener is not None:
                 await listener.stop()
-                container.fleet.membership.stop()  # type: ignore[union-attr]
+            if container.fleet is not None:
+                container.fleet.membership.stop()
             await container.executor.stop()
             metrics.process_exit()
 

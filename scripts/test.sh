@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: install everything (scripts/install.sh), lint (ruff check .), run pytest.
+# The test command: install everything (scripts/install.sh), lint (ruff check .), type-check (mypy),
+# run pytest.
 #
 #   scripts/test.sh                         quick profile: -m "not slow"
 #   scripts/test.sh tests/unit -x           extra arguments go to pytest (still the quick profile)
@@ -11,7 +12,7 @@
 # minutes; it restarts the machine's PostgreSQL and Redis once each, see tests/reliability/README.md).
 # Its figures and docs/reliability.md come from scripts/reliability.sh.
 #
-# Exits with pytest's exit code (5 = no tests collected), or 1 when lint fails.
+# Exits with pytest's exit code (5 = no tests collected), or 1 when lint or the type check fails.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +23,12 @@ bash scripts/install.sh
 echo "test: ruff check ." >&2
 if ! .venv/bin/ruff check --extend-exclude .tools .; then
   echo "test: lint failed (ruff check .): fix the errors above (ruff check --fix . fixes some)" >&2
+  exit 1
+fi
+
+echo "test: mypy (app/ and workers/, [tool.mypy] in pyproject.toml)" >&2
+if ! .venv/bin/mypy; then
+  echo "test: type check failed (mypy): fix the errors above" >&2
   exit 1
 fi
 

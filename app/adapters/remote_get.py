@@ -142,7 +142,7 @@ def client_error(response: Any) -> botocore.exceptions.ClientError:
             pass
     parsed = {"Error": {"Code": code, "Message": message},
               "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": dict(response.headers)}}
-    return botocore.exceptions.ClientError(parsed, "GetObject")  # type: ignore[arg-type]
+    return botocore.exceptions.ClientError(parsed, "GetObject")
 
 
 def streaming_body(response: Any) -> StreamingBody:

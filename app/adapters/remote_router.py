@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from app.adapters.catalog.remotes import MappingInfo, RemoteInfo, RemoteRepo
 from app.adapters.remote import RemoteConfig, RemoteStore
@@ -313,7 +313,7 @@ class RemoteRouter:
             size = spool.tell()
             spool.seek(0)
             with self._named(dst, bucket):
-                etag = dst.store.put_object(dst.name(bucket), key, spool, size,  # type: ignore[arg-type]
+                etag = dst.store.put_object(dst.name(bucket), key, cast(BinaryIO, spool), size,  # a binary file
                                             base64.b64encode(md5.digest()).decode(), content_headers,
                                             metadata, {})
         return etag, datetime.now().astimezone()

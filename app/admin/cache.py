@@ -112,7 +112,7 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
     async def sweep(body: SweepIn | None = None) -> Counted:
         """Delete block files that no cache entry of this node accounts for (left by a crash
         between an entry's delete and the unlink of its blocks). Also runs daily on its own."""
-        grace = body.grace_seconds if body is not None else SweepIn().grace_seconds
+        grace = (body or SweepIn.model_validate({})).grace_seconds
         files, nbytes = await run(container.cache.sweep_orphans, grace)
         return Counted(entries=files, bytes=nbytes)
 

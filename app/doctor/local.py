@@ -88,9 +88,10 @@ def _lock_finding(lock: Path, serving: bool) -> Finding:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown holder"
-            level = "ok" if serving else "fail"
-            why = "" if serving else ": `ferry serve` here would refuse to start (stop it, or pass --serving)"
-            return Finding(level, "data dir lock", f"held by {holder}{why}")
+            if serving:
+                return Finding("ok", "data dir lock", f"held by {holder}")
+            return Finding("fail", "data dir lock", f"held by {holder}: `ferry serve` here would refuse to start "
+                                                    "(stop it, or pass --serving)")
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

@@ -124,8 +124,10 @@ def remote_configs(settings: Settings, timeout: float) -> list[tuple[str, Remote
     """The default remote, then the remotes registered in the catalog (if it can be read)."""
     from app.bootstrap import remote_config
 
-    short = {"connect_timeout": timeout, "read_timeout": timeout, "max_connections": 2}
-    configs = [("default", dataclasses.replace(remote_config(settings), **short))]
+    def short(config: RemoteConfig) -> RemoteConfig:
+        return dataclasses.replace(config, connect_timeout=timeout, read_timeout=timeout, max_connections=2)
+
+    configs = [("default", short(remote_config(settings)))]
     try:
         from app.adapters.catalog.engine import make_engine
         from app.adapters.catalog.remotes import RemoteRepo
@@ -138,10 +140,10 @@ def remote_configs(settings: Settings, timeout: float) -> list[tuple[str, Remote
     except Exception:  # the catalog finding already says why
         return configs
     for info in infos:
-        configs.append((info.name, RemoteConfig(endpoint=info.endpoint, region=info.region,
-                                                access_key=info.access_key, secret_key=info.secret_key,
-                                                addressing_style=info.addressing_style,
-                                                verify_tls=info.verify_tls, **short)))
+        configs.append((info.name, short(RemoteConfig(endpoint=info.endpoint, region=info.region,
+                                                      access_key=info.access_key, secret_key=info.secret_key,
+                                                      addressing_style=info.addressing_style,
+                                                      verify_tls=info.verify_tls))))
     return configs
 
 

@@ -10,6 +10,8 @@ the single place that knows which HTTP status a code carries, so a handler can n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 ERROR_TABLE: dict[str, tuple[int, str]] = {
     "AccessDenied": (403, "Access Denied"),
     "AuthorizationHeaderMalformed": (400, "The authorization header is malformed."),
@@ -90,6 +92,7 @@ class S3Error(Exception):
         *,
         status: int | None = None,
         headers: dict[str, str] | None = None,
+        extra: Mapping[str, str] | None = None,
         **fields: str,
     ) -> None:
         default_status, default_message = ERROR_TABLE.get(code, (500, code))
@@ -97,7 +100,7 @@ class S3Error(Exception):
         self.status = status if status is not None else default_status
         self.message = message or default_message
         self.headers = headers or {}
-        self.fields = fields
+        self.fields = {**(extra or {}), **fields}  # extra: fields whose names are not identifiers
         super().__init__(f"{code}: {self.message}")
 
 

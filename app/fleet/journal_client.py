@@ -120,7 +120,9 @@ class PeerJournal:
 
     async def drop_parts(self, node_id: str, blobs: list[str]) -> None:
         address = self.membership.address_of(node_id)
-        for i in range(0, len(blobs) if address else 0, MAX_DROP):
+        if not address:
+            return
+        for i in range(0, len(blobs), MAX_DROP):
             query = "blobs=" + ",".join(blobs[i:i + MAX_DROP])
             try:
                 resp = await anyio.to_thread.run_sync(self._request, "DELETE", address, node_id, PART_PATH, query)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, cast
 from urllib.parse import urlencode
 
 import urllib3
@@ -110,7 +110,7 @@ class PeerBlockSource:
             raise PeerUnavailable(str(exc)) from exc
         if resp.status in (200, 206) and resp.headers.get(META):
             meta = decode_meta(resp.headers[META])
-            return meta, PeerBody(resp, self, peer, bucket, key, meta, first, last)  # type: ignore[return-value]
+            return meta, cast(BinaryIO, PeerBody(resp, self, peer, bucket, key, meta, first, last))  # read and closed
         resp.drain_conn()
         resp.release_conn()
         if resp.status == 412:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -135,7 +135,8 @@ class PeerServer:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             metrics.fleet_served(206, sent)
         finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+            if isinstance(stream, AsyncGenerator):
+                await stream.aclose()
 
 
 async def _body_sha256(receive: Receive) -> str | None:

@@ -57,8 +57,8 @@ def _wrap(fn: Callable[..., Any], admin: AdminClient, action: bool) -> Callable[
             raise ToolError(str(exc)) from exc
     # the SDK reads the signature for the input schema: drop the bound first parameter
     sig = inspect.signature(fn)
-    tool.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])  # type: ignore[attr-defined]
-    del tool.__wrapped__  # type: ignore[attr-defined]
+    tool.__dict__["__signature__"] = sig.replace(parameters=list(sig.parameters.values())[1:])
+    del tool.__wrapped__
     return tool
 
 

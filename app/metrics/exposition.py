@@ -44,7 +44,7 @@ def process_registry() -> Any:
 
 def exposition(*extra: Any) -> tuple[bytes, str]:
     """The /metrics body and its content type: all workers' samples plus ``extra`` collectors."""
-    return generate_latest(_Chain(process_metrics(), *extra)), CONTENT_TYPE_LATEST  # type: ignore[arg-type]
+    return generate_latest(_Chain(process_metrics(), *extra)), CONTENT_TYPE_LATEST
 
 
 def samples(names: Iterable[str]) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -7,7 +7,7 @@ import os
 from prometheus_client import mmap_dict, values
 
 
-class _AllocatedMmapedDict(mmap_dict.MmapedDict):  # type: ignore[misc]
+class _AllocatedMmapedDict(mmap_dict.MmapedDict):
     """prometheus_client's sample file (multiprocess mode), with its disk blocks allocated before
     the mmap writes to them. The library grows a sparse file with ``truncate``; a write through
     the mmap into a hole that a full disk cannot back kills the worker with SIGBUS. Allocating
@@ -33,4 +33,5 @@ class _AllocatedMmapedDict(mmap_dict.MmapedDict):  # type: ignore[misc]
         super()._init_value(key)
 
 
-values.MmapedDict = _AllocatedMmapedDict  # where MultiProcessValue opens its files
+# Where MultiProcessValue opens its files: a class replaced in a library, which no type allows.
+values.MmapedDict = _AllocatedMmapedDict  # type: ignore[misc]

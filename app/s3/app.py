@@ -152,7 +152,7 @@ class S3App:
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         bucket, key = split_target(raw_path, headers.get("host", ""), self.domain)
         query = parse_query(scope.get("query_string", b""))
-        return S3Request(scope["method"], bucket, key, query, headers, raw_path, receive,  # type: ignore[arg-type]
+        return S3Request(scope["method"], bucket, key, query, headers, raw_path, receive,
                          request_id=request_id, zero_copy=ZEROCOPY in (scope.get("extensions") or {}),
                          body_timeout=self.body_timeout, body_min_rate=self.body_min_rate,
                          header_lists=by_name)

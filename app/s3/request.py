@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 from urllib.parse import unquote_plus, unquote_to_bytes
 
 import anyio
@@ -16,7 +16,7 @@ from app.domain.errors import S3Error
 from app.s3.chunked import AwsChunkedDecoder, ChunkSigningContext, is_streaming
 from app.s3.sigv4 import AuthResult
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
 class ClientDisconnected(Exception):
@@ -78,6 +78,11 @@ class S3Request:
     body_min_rate: BodyRate | None = None  # slowest body the gateway waits for (RequestTimeout)
     header_lists: dict[bytes, list[bytes]] | None = field(default=None, repr=False)  # raw, for SigV4
     _body: RequestBody | None = field(default=None, repr=False)
+
+    @overload
+    def header(self, name: str) -> str | None: ...
+    @overload
+    def header(self, name: str, default: str) -> str: ...
 
     def header(self, name: str, default: str | None = None) -> str | None:
         return self.headers.get(name, default)
@@ -188,7 +193,7 @@ class RequestBody:
         elif hasher is not None:
             _check_payload(hasher, self.payload_sha256 or "")
 
-    async def _next_message(self) -> dict[str, Any]:
+    async def _next_message(self) -> MutableMapping[str, Any]:
         """The next piece of the body, or RequestTimeout when the client sends nothing for
         ``body_timeout`` seconds: a stalled upload must not hold its reservation, its staging file
         and its connection for ever. The answer closes the connection (its body was not read)."""
@@ -202,7 +207,7 @@ class RequestBody:
             if rate is not None:
                 wait = min(wait, rate.window - self._waited)
             started = time.monotonic()
-            message: dict[str, Any] | None = None
+            message: MutableMapping[str, Any] | None = None
             with anyio.move_on_after(max(0.0, wait)):
                 message = await self.request.receive()
             spent = time.monotonic() - started

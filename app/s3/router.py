@@ -92,7 +92,7 @@ def resolve(req: S3Request) -> Route:
     """The operation for a request; sub-resources and methods no route takes answer NotImplemented."""
     target = "object" if req.key else ("bucket" if req.bucket else "service")
     query = req.query
-    named = SUBRESOURCES.intersection(query) if query else set()
+    named = set(SUBRESOURCES.intersection(query)) if query else set()
     for route in _BY_METHOD_TARGET.get((req.method, target), ()):
         if route.query and not all(q in query for q in route.query):
             continue

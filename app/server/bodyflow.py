@@ -21,7 +21,7 @@ class BodyPassProtocol(HttpToolsProtocol):
         if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
             return
         if not cycle.body:
-            cycle.body = body  # type: ignore[assignment]  # bytes(bytes) is the same object: no copy
+            cycle.body = body  # type: ignore[assignment]  # uvicorn types it bytearray; bytes avoids a copy (bytes(bytes) is the same object)
         elif isinstance(cycle.body, bytearray):
             cycle.body += body
         else:

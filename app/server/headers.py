@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import httptools
 from prometheus_client import Counter
@@ -74,7 +74,7 @@ class HeaderTimeoutProtocol(BodyPassProtocol):
     """HttpToolsProtocol with header time, size, count and connection bounds (module docstring),
     passing body pieces on uncopied (bodyflow.py)."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._header_timer: asyncio.TimerHandle | None = None
         self._header_limit, self._max_header_bytes, self._max_headers = _bounds()
         self._header_bytes = 0
@@ -82,7 +82,7 @@ class HeaderTimeoutProtocol(BodyPassProtocol):
         self._in_body = False  # headers of the current request complete, its body may follow
         self._refused = False
         self._since = time.monotonic()
-        super().connection_made(transport)
+        super().connection_made(cast(asyncio.Transport, transport))  # what the event loop passes
         self._arm_header_timer()
         if self.limit_concurrency is not None and len(self.connections) >= self.limit_concurrency:
             self._shed()  # uvicorn refuses every request at the limit: stay below it

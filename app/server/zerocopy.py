@@ -22,7 +22,7 @@ import errno
 import logging
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 from uvicorn.protocols.utils import is_ssl
@@ -42,11 +42,12 @@ Send = Callable[[Any], Awaitable[None]]
 class ZeroCopyHttpToolsProtocol(HeaderTimeoutProtocol):
     """HttpToolsProtocol whose request cycles also accept ``http.response.zerocopysend``."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        sock = transport.get_extra_info("socket")
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tcp = cast(asyncio.Transport, transport)  # what the event loop passes a stream protocol
+        super().connection_made(tcp)
+        sock = tcp.get_extra_info("socket")
         # Plain TCP only: TLS records are built in user space, so the kernel cannot send file pages.
-        self._sock_fd: int | None = sock.fileno() if sock is not None and not is_ssl(transport) else None
+        self._sock_fd: int | None = sock.fileno() if sock is not None and not is_ssl(tcp) else None
         self._writable_waiter: asyncio.Future[None] | None = None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -57,7 +58,7 @@ class ZeroCopyHttpToolsProtocol(HeaderTimeoutProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         if self._sock_fd is not None:
-            cycle.scope.setdefault("extensions", {})[EXTENSION] = {}  # type: ignore[typeddict-item]
+            cycle.scope.setdefault("extensions", {})[EXTENSION] = {}
             plain_send: Send = cycle.send
 
             async def send(message: MutableMapping[str, Any]) -> None:
@@ -66,7 +67,7 @@ class ZeroCopyHttpToolsProtocol(HeaderTimeoutProtocol):
                 else:
                     await plain_send(message)
 
-            cycle.send = send  # type: ignore[method-assign]  # run_asgi looks it up per request
+            cycle.send = send  # type: ignore[method-assign,assignment]  # run_asgi looks it up per request; typed as its own send
         super()._start_asgi_task(cycle, app)
 
     async def _zerocopy_send(self, cycle: RequestResponseCycle, plain_send: Send, message: MutableMapping[str, Any]) -> None:

@@ -48,10 +48,15 @@ class JournalChores(Protocol):
     def compact(self, retention_seconds: float) -> int: ...
 
 
+class ScrubPass(Protocol):
+    def run(self) -> int: ...
+
+
 class CacheChores(Protocol):
     """The read cache's public upkeep methods."""
 
-    scrub: object
+    @property
+    def scrub(self) -> ScrubPass: ...
 
     def janitor_pass(self, enforce: bool = True) -> None: ...
     def revalidate_all(self) -> dict[str, int]: ...
@@ -139,7 +144,7 @@ def _compact(p: ChoreParts) -> object:
 
 
 def _scrub(p: ChoreParts) -> object:
-    return p.cache.scrub.run()  # type: ignore[attr-defined]
+    return p.cache.scrub.run()
 
 
 @dataclass(frozen=True)

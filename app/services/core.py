@@ -10,16 +10,19 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from app.domain.checksums import BodyDigests, verify_expected
+from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.expires import validate_expires
 from app.domain.names import validate_key, validate_object_size
+from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
+from app.domain.ranges import WHOLE, RangeRequest
 from app.domain.versions import BlobRef, Replica, VersionRow
 from app.services.background import AckGate, BackgroundThreads
 from app.services.bodies import (
@@ -28,6 +31,7 @@ from app.services.bodies import (
     WRITE_CHUNK,
     BodyStream,
     ExpectedDigests,
+    ObjectRead,
     PayloadCheck,
     ReceivedBody,
 )
@@ -49,6 +53,14 @@ log = logging.getLogger("ferry.gateway")
 
 class GatewayCore:
     """What every capability shares: collaborators, the write mode, backpressure, the thread limiter."""
+
+    if TYPE_CHECKING:
+        # What one capability calls on another through the ``Gateway`` composite (a copy reads its
+        # source, a listing or an upload checks its bucket): declared here so the checker sees it.
+        async def head_object(self, bucket: str, key: str, tenant_id: int | None = None) -> ObjectMeta: ...
+        async def get_object(self, bucket: str, key: str, rng: RangeRequest = WHOLE, tenant_id: int | None = None,
+                             *, conditions: Conditions = NO_CONDITIONS, file_ranges: bool = False) -> ObjectRead: ...
+        async def head_bucket(self, bucket: str) -> None: ...
 
     def __init__(self, catalog: UploadsPort, blobs: BlobPort, remote: RemotePort, *,
                  journal: JournalPort, executor: Executor, destager: Destager, cache: ReadCache,

@@ -17,7 +17,8 @@ from app.services.executor import EmbeddedExecutor, Executor
 class JournalFlush(Protocol):
     """What the flush barrier and the per-key report read of the journal."""
 
-    node_id: str | None
+    @property
+    def node_id(self) -> str | None: ...
 
     def max_seq(self) -> int: ...
     def retry_now(self, bucket: str | None = None, prefix: str = "", include_failed: bool = True) -> int: ...

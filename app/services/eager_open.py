@@ -86,7 +86,7 @@ async def settled_remote_upload(catalog: UploadsPort, run: Any, upload_id: str,
             return remote_id
         if deadline is not None and time.monotonic() >= deadline:
             # The ignore: `run` (a thread hop) returns Any; take_remote_upload gives str | None.
-            return await run(catalog.take_remote_upload, upload_id)  # type: ignore[no-any-return]
+            return await run(catalog.take_remote_upload, upload_id)
         await asyncio.sleep(WAIT_POLL_SECONDS)
 
 

@@ -20,7 +20,8 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 from app.domain.errors import S3Error
 from app.domain.objects import PartInfo
@@ -152,13 +153,17 @@ def drop_elsewhere(core: GatewayCore, found: Gathered) -> None:
         task.add_done_callback(core._ahead.discard)
 
 
+def _open_binary(path: Path) -> BinaryIO:
+    return open(path, "rb")
+
+
 async def open_held_part(core: GatewayCore, upload_id: str, number: int, blob: str
                          ) -> tuple[int, AsyncIterator[bytes]] | None:
     """The internal endpoint's side of ``_pull``: the part's bytes if this node holds them."""
     if not await core._run(core.catalog.holds_part, upload_id, number, blob):
         return None
     try:
-        fh = await core._run(open, core.blobs.path(blob), "rb")
+        fh = await core._run(_open_binary, core.blobs.path(blob))
     except FileNotFoundError:
         return None
     size = os.fstat(fh.fileno()).st_size

@@ -91,12 +91,18 @@ async def check_remote(cfg: RemoteConfig, bucket: str | None = None, timeout: fl
 class RegisteredRemote(Protocol):
     """What a check needs of a registered remote (``adapters/catalog/remotes.RemoteInfo``)."""
 
-    endpoint: str | None
-    region: str
-    access_key: str | None
-    secret_key: str | None
-    addressing_style: str
-    verify_tls: bool
+    @property
+    def endpoint(self) -> str | None: ...
+    @property
+    def region(self) -> str: ...
+    @property
+    def access_key(self) -> str | None: ...
+    @property
+    def secret_key(self) -> str | None: ...
+    @property
+    def addressing_style(self) -> str: ...
+    @property
+    def verify_tls(self) -> bool: ...
 
 
 @dataclass(frozen=True)

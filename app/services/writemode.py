@@ -27,8 +27,10 @@ THROUGH_CLAIM_SECONDS = 3600.0
 
 
 class WriteMode(Protocol):
-    buffers: bool  # whether accepted bodies wait in the local buffer for the destage
-    claim_seconds: float  # a Complete's claim lease under this mode
+    @property
+    def buffers(self) -> bool: ...  # whether accepted bodies wait in the local buffer for the destage
+    @property
+    def claim_seconds(self) -> float: ...  # a Complete's claim lease under this mode
 
     async def admit(self, bucket: str) -> None: ...
     async def reserve(self, size: int | None) -> Reservation: ...

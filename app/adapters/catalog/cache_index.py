@@ -21,14 +21,14 @@ from sqlalchemy.exc import IntegrityError
 
 from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.remote_opening import key_lock_id
-from app.adapters.catalog.tables import CacheEntry, ObjectVersion, Tenant
+from app.adapters.catalog.tables import CacheEntry, ObjectVersion, Tenant, table
 from app.domain.cache import Entry
 from app.domain.objects import ObjectMeta
 from app.domain.states import CACHE_ALLOWED, DIRTY, CacheState, IllegalTransition, check_move
 
 SHARED_NODE = "*"  # tombstones of writes: visible to every node's discoveries
-T = CacheEntry.__table__
-V = ObjectVersion.__table__
+T = table(CacheEntry)
+V = table(ObjectVersion)
 
 
 def meta_to_json(meta: ObjectMeta) -> str:
@@ -221,7 +221,9 @@ class CacheIndex:
                             conn.execute(self._dirty_write, {"b": bucket, "k": meta.key}).first() is not None:
                         raise _Refused  # rolls the delete back: the previous row stays as it was
                     try:
-                        row_id = conn.execute(self._insert, values).inserted_primary_key[0]
+                        inserted = conn.execute(self._insert, values).inserted_primary_key
+                        assert inserted is not None  # a single-row INSERT always reports its key
+                        row_id = inserted[0]
                     except IntegrityError:
                         raise _Retry from None  # another process inserted between delete and insert
             except _Refused:
@@ -371,7 +373,7 @@ class CacheIndex:
         """(tenant id, cache quota) of every tenant that has one."""
         with self.engine.connect() as conn:
             rows = conn.execute(select(Tenant.id, Tenant.cache_quota_bytes).where(Tenant.cache_quota_bytes.is_not(None)))
-            return [(int(i), int(q)) for i, q in rows]
+            return [(int(i), int(q)) for i, q in rows if q is not None]
 
     def usage(self) -> dict[str, Any]:
         """Cached bytes and entries by node, bucket and tenant (every node's rows)."""

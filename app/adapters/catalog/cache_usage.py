@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import InstrumentedAttribute, sessionmaker
 
 from app.adapters.catalog.cache_index import SHARED_NODE
 from app.adapters.catalog.tables import CacheEntry, Tenant
@@ -63,7 +63,7 @@ class CacheUsageQueries:
         ready = CacheEntry.state == CacheState.READY.value
         pinned = func.coalesce(func.sum(CacheEntry.cached_bytes).filter(CacheEntry.pinned.is_(True)), 0)
 
-        def grouped(column: object) -> list[UsageRow]:
+        def grouped(column: InstrumentedAttribute[str]) -> list[UsageRow]:
             stmt = (select(column, func.count(), func.coalesce(func.sum(CacheEntry.cached_bytes), 0), pinned)
                     .where(ready).group_by(column).order_by(column))
             with self.sessions() as s:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app.domain.errors import CatalogFull, CatalogUnavailable
+
+
+def affected(result: Result[Any]) -> int:
+    """Rows an UPDATE or DELETE matched. ``Session.execute`` is typed as returning a plain
+    ``Result``; for DML it is the ``CursorResult`` that carries the count."""
+    return int(cast(CursorResult[Any], result).rowcount or 0)
 
 
 def make_engine(url: str, *, pool_size: int = 10, synchronous: str = "FULL") -> Engine:

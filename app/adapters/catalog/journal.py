@@ -23,7 +23,7 @@ from app.adapters.catalog.cache_index import invalidate_key
 from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.journal_destage import DestageMoves
 from app.adapters.catalog.repo import UploadClaim, finish_upload
-from app.adapters.catalog.tables import JournalReplica, MultipartPart, ObjectVersion
+from app.adapters.catalog.tables import JournalReplica, MultipartPart, ObjectVersion, table
 from app.domain.states import DIRTY, TERMINAL, VersionState
 from app.domain.versions import BlobRef, Replica, VersionRow
 
@@ -69,7 +69,7 @@ class Journal(DestageMoves):
         self.bookkeeping = sessionmaker(bookkeeping or engine, expire_on_commit=False)
         self.is_postgres = engine.dialect.name == "postgresql"
         self.lookups = SqliteLookups.for_engine(engine)
-        t = ObjectVersion.__table__
+        t = table(ObjectVersion)
         self._newest = (select(t.c.seq, t.c.state).where(t.c.bucket == bindparam("b"), t.c.key == bindparam("k"))
                         .order_by(t.c.seq.desc()).limit(1))
         self._dirty = (select(t.c.seq).where(t.c.bucket == bindparam("b"), t.c.key == bindparam("k"),

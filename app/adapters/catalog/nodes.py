@@ -20,6 +20,7 @@ from sqlalchemy import Engine, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
+from app.adapters.catalog.engine import affected
 from app.adapters.catalog.tables import Node
 
 
@@ -67,7 +68,7 @@ class NodeRegistry:
                                            or_(Node.instance == self.instance, Node.data_dir_id == self.data_dir_id,
                                                Node.heartbeat_at < now - stale_after))
                         .values(**values).execution_options(synchronize_session=False))
-                    if taken.rowcount == 1:
+                    if affected(taken) == 1:
                         return
                     row = s.get(Node, self.node_id)
                     if row is None:
@@ -83,7 +84,7 @@ class NodeRegistry:
         with self.sessions.begin() as s:
             result = s.execute(update(Node).where(Node.node_id == self.node_id, Node.instance == self.instance)
                                .values(heartbeat_at=time.time()).execution_options(synchronize_session=False))
-            return result.rowcount == 1
+            return affected(result) == 1
 
     def leave(self) -> None:
         """A clean stop frees the id at once (a successor need not wait for the heartbeat to age)."""

@@ -7,6 +7,7 @@ import time
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import sessionmaker
 
+from app.adapters.catalog.engine import affected
 from app.adapters.catalog.tables import Policy as PolicyRow
 from app.domain.policy import PolicyRule, validate_rule
 
@@ -47,7 +48,7 @@ class PolicyRepo:
 
     def delete(self, rule_id: int) -> bool:
         with self.sessions.begin() as s:
-            return bool(s.execute(delete(PolicyRow).where(PolicyRow.id == rule_id)).rowcount)
+            return bool(affected(s.execute(delete(PolicyRow).where(PolicyRow.id == rule_id))))
 
     def version(self) -> tuple[int, float]:
         """Changes show as a new (count, newest update): cheap to poll from every process."""

@@ -9,6 +9,7 @@ remote) in the same commit.
 
 from __future__ import annotations
 
+import builtins
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.catalog.cache_index import move_entries
+from app.adapters.catalog.engine import affected
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.tables import BucketMapping, CacheEntry, Remote, RoutingGeneration
 from app.domain.routing import DEFAULT_ROUTE, RouteId, RouteMoved, RouteStamp
@@ -125,7 +127,7 @@ class RemoteRepo:
         except IntegrityError as exc:
             raise Conflict(f"a remote named {values['name']!r} exists") from exc
 
-    def list(self) -> list[RemoteInfo]:
+    def list(self) -> builtins.list[RemoteInfo]:
         with self.sessions() as s:
             return [_remote(r) for r in s.scalars(select(Remote).order_by(Remote.id))]
 
@@ -168,8 +170,8 @@ class RemoteRepo:
             if row is None:
                 raise NotFound(f"no remote with id {remote_id}")
             unused = ~exists().where(BucketMapping.remote_id == remote_id)
-            if s.execute(delete(Remote).where(Remote.id == remote_id, unused)
-                         .execution_options(synchronize_session=False)).rowcount == 1:
+            if affected(s.execute(delete(Remote).where(Remote.id == remote_id, unused)
+                                  .execution_options(synchronize_session=False))) == 1:
                 return
             used = list(s.scalars(select(BucketMapping.bucket).where(BucketMapping.remote_id == remote_id)))
             raise Conflict(f"remote {row.name!r} is used by bucket mappings: {', '.join(sorted(used))}")
@@ -179,7 +181,7 @@ class RemoteRepo:
         with self.sessions() as s:
             return read_generation(s.connection())
 
-    def routes(self) -> tuple[int, list[RemoteInfo], list[MappingInfo]]:
+    def routes(self) -> tuple[int, builtins.list[RemoteInfo], builtins.list[MappingInfo]]:
         """The generation, every remote and every mapping, read in one transaction (the
         router's reload). A change committed after the generation was read moves it again,
         so the router reloads once more."""
@@ -194,7 +196,7 @@ class RemoteRepo:
     def _mapping(self, m: BucketMapping, remote_name: str) -> MappingInfo:
         return MappingInfo(m.bucket, m.remote_id, remote_name, m.remote_bucket, m.created_at)
 
-    def list_mappings(self) -> list[MappingInfo]:
+    def list_mappings(self) -> builtins.list[MappingInfo]:
         with self.sessions() as s:
             rows = s.execute(select(BucketMapping, Remote.name).join(Remote, Remote.id == BucketMapping.remote_id)
                              .order_by(BucketMapping.bucket)).all()

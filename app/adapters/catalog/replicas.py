@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import time
 
-from sqlalchemy import Engine, and_, delete, exists, select, update
+from sqlalchemy import ColumnElement, Engine, and_, delete, exists, select, update
 from sqlalchemy.orm import sessionmaker
 
+from app.adapters.catalog.engine import affected
 from app.adapters.catalog.tables import JournalReplica, Node, ObjectVersion
 from app.domain.states import DIRTY, VersionState
 
@@ -31,7 +32,7 @@ class ReplicaRepo:
         self.sessions = sessionmaker(engine, expire_on_commit=False)
         self.node_id = node_id
 
-    def _lost(self, now: float, stale_after: float) -> object:
+    def _lost(self, now: float, stale_after: float) -> ColumnElement[bool]:
         """The row's node has no heartbeat within ``stale_after`` (or no row in ``nodes`` at all)."""
         return ~exists().where(Node.node_id == ObjectVersion.node_id, Node.heartbeat_at >= now - stale_after)
 
@@ -66,7 +67,7 @@ class ReplicaRepo:
             moved = s.execute(update(ObjectVersion).where(
                 ObjectVersion.seq == seq, ObjectVersion.node_id == old_node, ObjectVersion.generation == generation,
                 ObjectVersion.state.in_(TAKEN_STATES)).values(**values).execution_options(synchronize_session=False))
-            if moved.rowcount != 1:
+            if affected(moved) != 1:
                 return False
             # The copy is the row's own blobs now, no longer a replica.
             s.execute(delete(JournalReplica).where(JournalReplica.seq == seq, JournalReplica.node_id == self.node_id))

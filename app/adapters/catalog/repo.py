@@ -12,12 +12,13 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, delete, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.adapters.catalog.engine import affected
 from app.adapters.catalog.key_claims import KeyClaims
 from app.adapters.catalog.remote_opening import RemoteOpenings
-from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant
+from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant, table
 from app.domain.objects import PartInfo, UploadInfo
 from app.domain.states import UPLOAD_ALLOWED, IllegalTransition, UploadState, check_move
 from app.domain.uploads import ClaimLost, CompletedUpload, PartSource, UploadClaim, UploadNotOpen
@@ -36,7 +37,7 @@ def move_uploads(conn: Connection, froms: Iterable[UploadState], to: UploadState
         raise IllegalTransition(f"a move to {to} must declare the states it leaves")
     for current in sorted(declared):
         check_move(UPLOAD_ALLOWED, current, to)
-    t = MultipartUpload.__table__
+    t = table(MultipartUpload)
     stmt = (update(t).where(t.c.state.in_(sorted(s.value for s in declared)), *where)
             .values(state=to.value, **values))
     return int(conn.execute(stmt).rowcount or 0)
@@ -49,13 +50,13 @@ def finish_upload(conn: Connection, claim: UploadClaim) -> list[str]:
     """In the caller's transaction: turn a claimed upload into its kept result and drop its part
     rows (their blobs are now the object's, or the caller deletes them). Raises ClaimLost when
     the claim is no longer this Complete's, so that transaction rolls back."""
-    t = MultipartUpload.__table__
+    t = table(MultipartUpload)
     done = move_uploads(conn, [UploadState.COMPLETING], UploadState.COMPLETED, t.c.upload_id == claim.upload_id,
                         t.c.claim == claim.token, result_json=claim.result.as_json(), completed_at=utcnow(),
                         **_NO_CLAIM)
     if done != 1:
         raise ClaimLost(claim.upload_id)
-    p = MultipartPart.__table__
+    p = table(MultipartPart)
     blobs = list(conn.scalars(select(p.c.blob).where(p.c.upload_id == claim.upload_id)))
     conn.execute(delete(p).where(p.c.upload_id == claim.upload_id))
     return blobs
@@ -187,7 +188,7 @@ class Catalog(KeyClaims, RemoteOpenings):
                      u.claim_until < time.time(), **_NO_CLAIM)
         locked = s.execute(update(u).where(u.upload_id == upload_id, u.state == UploadState.OPEN.value)
                            .values(**_NO_CLAIM))
-        if locked.rowcount != 1:  # type: ignore[attr-defined]
+        if affected(locked) != 1:
             raise UploadNotOpen(s.scalar(select(MultipartUpload.state)
                                          .where(MultipartUpload.upload_id == upload_id)))
 
@@ -269,8 +270,8 @@ class Catalog(KeyClaims, RemoteOpenings):
             this = (u.upload_id == upload_id, u.bucket == bucket, u.key == key)
             won = move_uploads(s.connection(), [UploadState.OPEN], UploadState.COMPLETING, *this, **mine)
             if won == 0:  # take over a claim that ran out: the claim changes hands, the state stays
-                won = s.execute(update(u).where(*this, u.state == UploadState.COMPLETING.value, u.claim_until < now)
-                                .values(**mine)).rowcount  # type: ignore[attr-defined]
+                won = affected(s.execute(update(u).where(*this, u.state == UploadState.COMPLETING.value,
+                                                         u.claim_until < now).values(**mine)))
             row = s.get(u, upload_id)
             if row is None or (row.bucket, row.key) != (bucket, key):
                 return "gone", None
@@ -302,7 +303,7 @@ class Catalog(KeyClaims, RemoteOpenings):
             return finish_upload(s.connection(), claim)
 
     # ---- expiry ------------------------------------------------------------------------------
-    def _mine(self) -> object:
+    def _mine(self) -> ColumnElement[bool]:
         return or_(MultipartUpload.node_id == self.node_id, MultipartUpload.node_id.is_(None))
 
     def expired_uploads(self, initiated_before: datetime) -> list[str]:
@@ -318,7 +319,7 @@ class Catalog(KeyClaims, RemoteOpenings):
             gone = s.execute(delete(MultipartUpload).where(
                 MultipartUpload.state == UploadState.COMPLETED.value, MultipartUpload.completed_at < completed_before,
                 self._mine()))
-            return int(gone.rowcount)  # type: ignore[attr-defined]
+            return affected(gone)
 
     def session(self) -> Session:
         return self.sessions()

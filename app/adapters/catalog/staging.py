@@ -13,6 +13,7 @@ import time
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import sessionmaker
 
+from app.adapters.catalog.engine import affected
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.tables import StagingJob
 from app.domain.staging import ACTIVE, JobInfo, Progress
@@ -56,7 +57,7 @@ class StagingRepo:
         with self.sessions.begin() as s:
             result = s.execute(update(StagingJob).where(StagingJob.id == job_id, StagingJob.state == "queued")
                                .values(state="running", started_at=time.time(), heartbeat_at=time.time()))
-            return result.rowcount == 1
+            return affected(result) == 1
 
     def save_progress(self, job_id: str, p: Progress) -> bool:
         """Write progress; False when the job is no longer running (cancelled elsewhere)."""
@@ -66,7 +67,7 @@ class StagingRepo:
                                        objects_skipped=p.objects_skipped, bytes_total=p.bytes_total,
                                        bytes_done=p.bytes_done, listing_done=p.listing_done,
                                        heartbeat_at=time.time()))
-            return result.rowcount == 1
+            return affected(result) == 1
 
     def finish(self, job_id: str, state: str, p: Progress, error: str | None = None) -> bool:
         with self.sessions.begin() as s:
@@ -75,14 +76,14 @@ class StagingRepo:
                                        objects_total=p.objects_total, objects_done=p.objects_done,
                                        objects_skipped=p.objects_skipped, bytes_total=p.bytes_total,
                                        bytes_done=p.bytes_done, listing_done=p.listing_done))
-            return result.rowcount == 1
+            return affected(result) == 1
 
     def cancel(self, job_id: str) -> JobInfo:
         with self.sessions.begin() as s:
             # One guarded update: read first, a finish committed in between would be overwritten.
-            moved = s.execute(update(StagingJob).where(StagingJob.id == job_id, StagingJob.state.in_(ACTIVE))
-                              .values(state="cancelled", finished_at=time.time())
-                              .execution_options(synchronize_session=False)).rowcount
+            moved = affected(s.execute(update(StagingJob).where(StagingJob.id == job_id, StagingJob.state.in_(ACTIVE))
+                                       .values(state="cancelled", finished_at=time.time())
+                                       .execution_options(synchronize_session=False)))
             row = s.get(StagingJob, job_id)
             if row is None:
                 raise NotFound(f"no staging job {job_id!r}")
@@ -97,7 +98,7 @@ class StagingRepo:
                                                         StagingJob.created_at < created_before)
                                .values(state="failed", error="interrupted: the gateway restarted; start it again",
                                        finished_at=time.time()))
-            return int(result.rowcount or 0)
+            return affected(result)
 
     def fail_stale(self, node_id: str, heartbeat_before: float) -> int:
         """Running jobs of this node whose runner stopped writing (killed): they cannot resume."""
@@ -107,4 +108,4 @@ class StagingRepo:
                                                         beat < heartbeat_before)
                                .values(state="failed", error="interrupted: the process running it stopped; "
                                                              "start it again", finished_at=time.time()))
-            return int(result.rowcount or 0)
+            return affected(result)

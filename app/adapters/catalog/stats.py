@@ -50,10 +50,10 @@ class CatalogStats:
             dirty_versions: dict[str, int] = {}
             dirty_bytes = 0
             oldest: datetime | None = None
-            for state, count, size, first in conn.execute(self._journal):
+            for state, count, size, first_at in conn.execute(self._journal):
                 dirty_versions[str(state)] = int(count)
                 dirty_bytes += int(size)
-                first = _aware(first)
+                first = _aware(first_at)
                 if first is not None and (oldest is None or first < oldest):
                     oldest = first
             parts = int(conn.scalar(self._parts) or 0)

@@ -6,6 +6,7 @@ Keys of objects only ever appear here as data: files on disk are named by genera
 from __future__ import annotations
 
 from datetime import datetime
+from typing import cast
 
 from sqlalchemy import (
     BigInteger,
@@ -18,6 +19,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -376,3 +378,8 @@ class PartCopy(Base):
     token: Mapped[str] = mapped_column(String(64))
     lease_until: Mapped[float] = mapped_column(Float)
     node_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+def table(model: type[Base]) -> Table:
+    """A model's Core table (``__table__`` is typed as any FROM clause; it is always a Table)."""
+    return cast(Table, model.__table__)

@@ -7,6 +7,7 @@ or tenant stops working within that window on every process.
 
 from __future__ import annotations
 
+import builtins
 import secrets
 import string
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ class TenantRepo:
         except IntegrityError as exc:
             raise Conflict(f"tenant {name!r} exists") from exc
 
-    def list(self) -> list[TenantInfo]:
+    def list(self) -> builtins.list[TenantInfo]:
         with self.sessions() as s:
             counts = dict(s.execute(select(AccessKey.tenant_id, func.count()).group_by(AccessKey.tenant_id)).all())
             return [TenantInfo(r.id, r.name, r.disabled, r.cache_quota_bytes, _aware(r.created_at),
@@ -125,7 +126,7 @@ class TenantRepo:
         except IntegrityError as exc:
             raise Conflict(f"access key {access_key!r} exists") from exc
 
-    def list_keys(self, tenant: str | None = None) -> list[KeyInfo]:
+    def list_keys(self, tenant: str | None = None) -> builtins.list[KeyInfo]:
         stmt = (select(AccessKey.access_key, Tenant.name, AccessKey.disabled, AccessKey.created_at)
                 .join(Tenant, Tenant.id == AccessKey.tenant_id).order_by(Tenant.name, AccessKey.access_key))
         with self.sessions() as s:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import uuid
 from datetime import UTC, datetime
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from app.adapters.remote.wire import (
     _CHECKSUM_PARAM,
@@ -37,6 +37,9 @@ class ObjectOps:
     client: Any
     lean: LeanGetter
     _conditional: dict[str, bool]
+
+    if TYPE_CHECKING:  # BucketOps's, in the RemoteStore composite: a HEAD 404 asks which is missing
+        def head_bucket(self, bucket: str) -> None: ...
 
     # ---- objects -----------------------------------------------------------------------------
     def head_object(self, bucket: str, key: str, if_none_match: str | None = None) -> ObjectMeta:

@@ -64,7 +64,7 @@ def translate_errors(bucket: str | None = None, key: str | None = None) -> Itera
         if code not in ERROR_TABLE:
             # A remote-specific code still travels, with the remote's status.
             raise S3Error(code, str(err.get("Message") or code), status=status) from exc
-        raise S3Error(code, message, **fields) from exc
+        raise S3Error(code, message, extra=fields) from exc
     except (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionClosedError,
             botocore.exceptions.ReadTimeoutError, botocore.exceptions.ConnectTimeoutError) as exc:
         raise S3Error("ServiceUnavailable", f"The remote region is unreachable: {exc}") from exc

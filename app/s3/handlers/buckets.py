@@ -94,9 +94,11 @@ async def list_objects_v2(req: S3Request, gw: Gateway) -> Response:
     sent_token = req.query.get("continuation-token")  # echoed as sent, an empty one too (as S3 does)
     token = sent_token or None  # an empty token asks for the first page
     start_after = req.query.get("start-after")
-    marker = decode_token(token) if token is not None else start_after
-    if token is not None and start_after and start_after > marker:
-        marker = start_after
+    marker = start_after
+    if token is not None:
+        marker = decode_token(token)
+        if start_after and start_after > marker:
+            marker = start_after
     page = await gw.list_objects(_bucket(req), prefix, delimiter, marker or None, max_keys)
     parts = [
         xml.element("Name", req.bucket),

@@ -77,7 +77,7 @@ def check_validity(raw_expires: str, ts: float, now: float, max_skew: int) -> No
         raise S3Error(
             "AccessDenied",
             "Request has expired",
-            **{"X-Amz-Expires": raw_expires, "Expires": iso(ts + expires), "ServerTime": iso(now)},
+            extra={"X-Amz-Expires": raw_expires, "Expires": iso(ts + expires), "ServerTime": iso(now)},
         )
     if ts - now > max_skew:
         raise S3Error("AccessDenied", "Request is not valid yet")

@@ -26,7 +26,10 @@ from app.services.policies import PolicyBook
 from app.services.ports import BlockSource, BlockStore, CacheIndex, RemotePort
 
 if TYPE_CHECKING:
+    from typing import BinaryIO
+
     from app.services.cache.fill import Fill
+    from app.services.cache.recording import Recording
 
 log = logging.getLogger("ferry.cache")
 T = TypeVar("T")
@@ -38,6 +41,16 @@ LOCK_POLL_MAX = 0.05
 class CacheBase:
     """The collaborators and state of one process's read cache. Every collaborator is required:
     the composition root (app/bootstrap.py) always has them, and tests pass real ones or fakes."""
+
+    if TYPE_CHECKING:
+        # What one part of the cache calls on another through the ``ReadCache`` composite (serving
+        # and discovery start fills, a fill settles its discovery and schedules eviction, eviction
+        # flushes touches first): declared here so the checker sees each call.
+        def _start_fill(self, entry: Entry, index: int, name: str, length: int, body: BinaryIO | None) -> Fill: ...
+        def _settle(self, rec: Recording, block_bytes: int, loop: asyncio.AbstractEventLoop) -> Entry | None: ...
+        def _release_discovery(self, rec: Recording, entry_id: int | None, loop: asyncio.AbstractEventLoop) -> None: ...
+        def schedule_eviction(self) -> None: ...
+        def flush_touches(self) -> None: ...
 
     def __init__(self, index: CacheIndex, store: BlockStore, remote: RemotePort, policies: PolicyBook, *,
                  source: BlockSource, disk: DiskReserve, dirty_bytes: Callable[[], int],
@@ -64,7 +77,7 @@ class CacheBase:
         self._touches: dict[int, tuple[float, int]] = {}
         self._added_since_check = 0
         self._evicting = False
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         # Conditional HEADs in flight per entry id: serve-stale readers share one, and may leave it.
         self._revalidating: dict[int, asyncio.Future[tuple[Entry | None, str]]] = {}
         self.scrub = Scrub(store)  # checks block bytes in the background; hits check only headers

@@ -63,11 +63,11 @@ class Eviction(CacheBase):
         with_quota = {r.bucket for r in rules if r.quota_bytes is not None}
         buckets = self.index.buckets() if "*" in with_quota else sorted(with_quota)
         for bucket in buckets:
-            quota = self.policies.for_bucket(bucket).quota_bytes
-            if quota is not None:
+            bucket_quota = self.policies.for_bucket(bucket).quota_bytes
+            if bucket_quota is not None:
                 used = self.index.total_bytes(bucket=bucket)
-                if used > quota:
-                    freed += self.evict(used - quota, bucket=bucket, reason="bucket-quota")
+                if used > bucket_quota:
+                    freed += self.evict(used - bucket_quota, bucket=bucket, reason="bucket-quota")
         if (spare := self.disk.spare()) < 2 * self.block_size:
             # Retired blocks first: their bytes were counted freed, but they are still on the disk
             # (a reader still reaching one of those is cut: the disk is short of space).

@@ -286,7 +286,8 @@ class Filling(CacheBase):
         when it is evicted), never a file no row accounts for. False: the entry was evicted,
         replaced or never written while this block was in flight."""
         if job.single:
-            recorded = self._settle(job.rec, job.length, job.loop)  # type: ignore[arg-type]
+            assert job.rec is not None, "a one-block fill carries its discovery's recording"
+            recorded = self._settle(job.rec, job.length, job.loop)
             job.accounted = recorded.id if recorded is not None else None
         else:
             entry_id = row_id(job.entry)

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from app import metrics
 from app.domain.cache import Entry
@@ -136,7 +136,8 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         if files is not None:
             metrics.served_bytes(outcome, bucket, max(0, last - first + 1))
         stream = self._stream(entry, first, last, outcome, record=files is None, file_ranges=file_ranges)
-        return CachedRead(entry.meta, rng, stream, lambda: None, outcome, files)
+        # FileRange items only for a caller that asked for them (the S3 edge's zero-copy path).
+        return CachedRead(entry.meta, rng, cast(AsyncIterator[bytes], stream), lambda: None, outcome, files)
 
     @staticmethod
     def _judge(conditions: Conditions, entry: Entry, outcome: str, tenant_id: int | None) -> None:

@@ -10,6 +10,7 @@ by every reader of it) and its answer still updates the index: validated, or dro
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -60,8 +61,8 @@ class Revalidation(CacheBase):
         if task is None:
             task = asyncio.ensure_future(self._check(entry, bucket, key, policy))
             running[entry.id] = task
-            self._tasks.append(task)  # type: ignore[arg-type]  # stop() cancels what is left
-            task.add_done_callback(lambda t, entry_id=entry.id: _settled(running, self._tasks, entry_id, t))
+            self._tasks.append(task)  # stop() cancels what is left
+            task.add_done_callback(functools.partial(_settled, running, self._tasks, entry.id))
         await asyncio.wait({task}, timeout=STALE_WAIT)
         if task.done():
             return task.result()
