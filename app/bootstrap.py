@@ -40,11 +40,12 @@ from app.fleet.journal_client import PeerJournal
 from app.fleet.membership import Membership
 from app.fleet.peer_client import PeerBlockSource
 from app.fleet.peer_server import PeerServer
+from app.schedule import chore_intervals
 from app.services.background import AckGate
 from app.services.budget import DiskReserve, WriteBudget
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
-from app.services.chores import ChoreLoop, ChoreParts, Intervals, Scope
+from app.services.chores import ChoreLoop, ChoreParts, Scope
 from app.services.destage import Destager
 from app.services.durability import Durability
 from app.services.executor import CeleryExecutor, EmbeddedExecutor
@@ -178,17 +179,6 @@ def sweep_node(settings: Settings) -> str | None:
     dir's rows, whatever node id wrote them (a hostname that changed): all of them; a shared
     catalog holds every node's, and the sweep takes its own."""
     return None if settings.effective_database_url.startswith("sqlite") else settings.node_id
-
-
-RESEND_AFTER = 3.0  # seconds before the sweep sends a queued row's destage to Celery again
-
-
-def chore_intervals(settings: Settings) -> Intervals:
-    """The settings the chores run by (the in-process loop and each node's beat alike)."""
-    return Intervals(sweep=settings.sweep_interval, retention=settings.journal_retention_seconds,
-                     revalidate=settings.cache_revalidate_interval,
-                     remote_uploads=settings.remote_upload_sweep_interval,
-                     resend=RESEND_AFTER if settings.broker_url else 0.0)
 
 
 def make_staging(settings: Settings, repo: StagingRepo, remote: RemoteRouter, gateway: Gateway) -> StagingService:

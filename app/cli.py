@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from app import __version__
-from app.config import ConfigError, Settings, load_settings
+from app.config import ConfigError, Settings, load_settings, redact_url
 
 if TYPE_CHECKING:
     from app.adapters.catalog.nodes import NodeRegistry
@@ -48,7 +48,7 @@ def db_upgrade(config: ConfigOpt = None,
         _own_data_dir(settings.data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.effective_database_url, revision)
-    typer.echo(f"catalog at {revision}: {_redact(settings.effective_database_url)}")
+    typer.echo(f"catalog at {revision}: {redact_url(settings.effective_database_url)}")
 
 
 _OWNER: list[object] = []  # the data dir lock, held until the process exits
@@ -63,14 +63,6 @@ def _own_data_dir(data_dir: Path) -> None:
     except DataDirBusy as exc:
         typer.echo(f"ferry: {exc}", err=True)
         raise typer.Exit(1) from exc
-
-
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':')[0]}:***@{host}"
-    return url
 
 
 def _flag_help(name: str, what: str, unset: str = "none") -> str:

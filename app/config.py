@@ -357,3 +357,12 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
 def get_settings() -> Settings:
     """Process-wide settings (tests call ``get_settings.cache_clear()`` to override)."""
     return load_settings()
+
+
+def redact_url(url: str) -> str:
+    """A database or broker URL as it may be printed: the password replaced by ``***``."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':')[0]}:***@{host}"
+    return url

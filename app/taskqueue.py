@@ -27,9 +27,9 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
-from app.bootstrap import chore_intervals
 from app.broker_transport import TRANSPORT
 from app.config import Settings, get_settings
+from app.schedule import chore_intervals
 from app.services.chores import CHORES
 
 SHARED_QUEUE = "ferry.shared"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from app.adapters.remote import RemoteConfig, RemoteStore
-from app.config import Settings
+from app.config import Settings, redact_url
 from app.doctor import Finding
 
 T = TypeVar("T")
@@ -46,18 +46,17 @@ def check_catalog(settings: Settings, timeout: float) -> Iterator[Finding]:
     from alembic.script import ScriptDirectory
 
     from app.adapters.catalog.migrate import alembic_config, current_heads
-    from app.cli import _redact
 
     url = settings.effective_database_url
     if settings.database_url is None and not (settings.data_dir / "ferry.db").exists():
-        yield Finding("warn", "catalog", f"{_redact(url)} does not exist yet (`ferry serve` creates it)")
+        yield Finding("warn", "catalog", f"{redact_url(url)} does not exist yet (`ferry serve` creates it)")
         return
     try:
         current = bounded(lambda: current_heads(url), timeout)
     except Exception as exc:
-        yield Finding("fail", "catalog", f"{_redact(url)}: {_why(exc)}")
+        yield Finding("fail", "catalog", f"{redact_url(url)}: {_why(exc)}")
         return
-    yield Finding("ok", "catalog", f"{_redact(url)} reachable")
+    yield Finding("ok", "catalog", f"{redact_url(url)} reachable")
     head = set(ScriptDirectory.from_config(alembic_config(url)).get_heads())
     if current == head:
         yield Finding("ok", "catalog schema", f"up to date (migration {', '.join(sorted(head))})")
@@ -101,7 +100,6 @@ def check_broker(settings: Settings, timeout: float) -> Iterator[Finding]:
         return
     import redis
 
-    from app.cli import _redact
 
     def ping() -> None:
         client = redis.Redis.from_url(settings.broker_url or "", socket_timeout=timeout,
@@ -115,9 +113,9 @@ def check_broker(settings: Settings, timeout: float) -> Iterator[Finding]:
     try:
         bounded(ping, timeout + 1)
     except Exception as exc:
-        yield Finding("fail", "broker", f"{_redact(settings.broker_url)}: {_why(exc)}")
+        yield Finding("fail", "broker", f"{redact_url(settings.broker_url)}: {_why(exc)}")
         return
-    yield Finding("ok", "broker", f"{_redact(settings.broker_url)} answers PING in {_ms(started):.1f} ms")
+    yield Finding("ok", "broker", f"{redact_url(settings.broker_url)} answers PING in {_ms(started):.1f} ms")
 
 
 def remote_configs(settings: Settings, timeout: float) -> list[tuple[str, RemoteConfig]]:

@@ -241,7 +241,7 @@ def test_a_row_handed_to_celery_is_not_sent_again_until_the_resend_time(tmp_path
 
 
 def test_the_sweep_resends_at_once_in_embedded_mode_and_after_a_pause_in_fleet_mode() -> None:
-    from app.bootstrap import RESEND_AFTER, chore_intervals
+    from app.schedule import RESEND_AFTER, chore_intervals
 
     assert chore_intervals(Settings()).resend == 0.0  # the in-process queue drops duplicates itself
     fleet = Settings(broker_url="redis://127.0.0.1:6379/15", node_id="n-1")

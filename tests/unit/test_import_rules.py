@@ -75,3 +75,79 @@ def _adapter_classes_called(path: Path) -> list[str]:
 def test_only_bootstrap_builds_adapters(edge: str) -> None:
     """Routers and the S3 edge use what the composition root put on the Container."""
     assert [hit for path in _modules(APP / edge) for hit in _adapter_classes_called(path)] == []
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The project modules ``path`` imports when it runs: every import, those inside functions
+    too, except under ``if TYPE_CHECKING:`` (never executed). ``from a import b`` names the
+    module ``a.b`` when there is one, else ``a``."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(inner) for stmt in node.body for inner in ast.walk(stmt)}
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    # an import of a.b.c runs a and a.b first, but those are the packages' faces: count the module
+    return {name for name in found if name in modules and name != _module_name(path)}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_no_import_cycles_counting_imports_inside_functions() -> None:
+    """A cycle of runtime imports (lazy ones too) means two modules cannot be read, tested or
+    moved apart; type-only imports under TYPE_CHECKING do not count."""
+    paths = _modules(APP) + _modules(ROOT / "workers")
+    modules = {_module_name(p) for p in paths}
+    graph = {_module_name(p): _runtime_imports(p, modules) for p in paths}
+    assert _cycles(graph) == []
