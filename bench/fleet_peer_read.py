@@ -32,7 +32,7 @@ from tests.support.counting_proxy import CountingProxy
 from tests.support.fleet import Fleet
 from tests.support.seaweed import SeaweedServer
 
-SIZES = {"256KiB": 256 * 1024, "8MiB": 8 * 1024 * 1024}
+SIZES = {"4KiB": 4 * 1024, "256KiB": 256 * 1024, "4MiB": 4 * 1024 * 1024, "8MiB": 8 * 1024 * 1024}
 
 
 def _get_ms(client: Any, bucket: str, key: str) -> float:
