@@ -34,6 +34,12 @@ NOTES = {
 }
 
 
+
+async def _no_body() -> dict[str, Any]:
+    """The receive of a request made up to be routed, never read."""
+    raise RuntimeError("a coverage probe has no body")
+
+
 def operation_request(op: Any) -> S3Request:
     """The request a client sends for botocore operation model ``op`` (values are placeholders)."""
     path, _, flags = op.http["requestUri"].partition("?")
@@ -113,8 +119,3 @@ def render() -> str:
 
 if __name__ == "__main__":
     print(render(), end="")
-
-
-async def _no_body() -> dict[str, Any]:
-    """The receive of a request made up to be routed, never read."""
-    raise RuntimeError("a coverage probe has no body")
