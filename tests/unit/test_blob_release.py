@@ -8,20 +8,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
 from app.adapters.blobstore import BlobStore
-from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import Journal
-from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.repo import Catalog
 from app.domain.objects import PartInfo
 
 
 @pytest.fixture
-def catalog(tmp_path: Path) -> Catalog:
-    url = f"sqlite:///{tmp_path / 'ferry.db'}"
-    upgrade(url)
-    cat = Catalog(make_engine(url), "unit")
+def catalog(engine: Engine) -> Catalog:
+    """An open upload in a migrated catalog (SQLite and PostgreSQL: tests/unit/conftest.py)."""
+    cat = Catalog(engine, "unit")
     cat.create_upload("u1", "b", "k", None, {}, None)
     return cat
 
