@@ -90,7 +90,7 @@ class WritesService(ConditionalWrites):
         # Asked once the body is here, right before it is written: a row buffered while it
         # arrived (the mode turned write-back meanwhile) is older than this write.
         if await mode.journals(bucket, key):
-            row = await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
+            row = await self._journal_put(bucket, key, received, content_headers, metadata)
             await mode.hand_on(row)
             return PutResult(row.etag, received.checksums)
         if fence and not await self._run(self.remote.conditional_writes, bucket):
@@ -103,9 +103,9 @@ class WritesService(ConditionalWrites):
         return PutResult(etag, received.checksums)
 
     async def _journal_put(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
-                           metadata: dict[str, str], tenant_id: int | None = None, submit: bool = True) -> VersionRow:
-        """fsync the body into the store, commit its journal row, hand it to the executor
-        (unless ``submit`` is False: the caller destages it itself)."""
+                           metadata: dict[str, str], tenant_id: int | None = None) -> VersionRow:
+        """fsync the body into the store and commit its journal row; the caller hands the row on
+        to the destage (its write mode's ``hand_on``)."""
         journal = self.journal
         size, md5 = received.staging.size, received.digests.md5_hex()
 
@@ -136,8 +136,6 @@ class WritesService(ConditionalWrites):
         else:
             row = await self._run(commit, None, None)
         self._dirty_cached += row.size  # until the next re-read, count what this process added
-        if submit:
-            self._submit(row)
         return row
 
     def _inlines(self, bucket: str, key: str, received: ReceivedBody) -> bool:
@@ -217,7 +215,7 @@ class WritesService(ConditionalWrites):
         if "-" not in source.etag and received.digests.md5_hex() != source.etag:
             await self._run(self.blobs.discard, received.staging)
             raise S3Error("InternalError", "the copy source changed while it was read")
-        return await self._journal_put(bucket, key, received, content_headers, metadata, submit=False)
+        return await self._journal_put(bucket, key, received, content_headers, metadata)
 
     async def _journal_delete(self, bucket: str, key: str) -> VersionRow:
         return await self._run(functools.partial(self.journal.append_delete, bucket, key, None,
