@@ -118,3 +118,4 @@ class UploadInfo:
     initiated: datetime
     checksum_algorithm: str | None = None
     checksum_type: str | None = None  # COMPOSITE / FULL_OBJECT, from CreateMultipartUpload
+    tenant_id: int | None = None  # whose upload it is: its object's journal row is theirs

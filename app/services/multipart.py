@@ -291,7 +291,7 @@ class MultipartService(ConditionalWrites):
                 self.journal.append_put, bucket, key, size, etag, pieces, multipart=True,
                 content_headers=content, metadata=metadata,
                 checksums=checksums,
-                checksum_algorithm=info.checksum_algorithm, tenant_id=None, complete_upload=claim,
+                checksum_algorithm=info.checksum_algorithm, tenant_id=info.tenant_id, complete_upload=claim,
                 remote_upload_id=remote_id, invalidate_cache=True, replica=replica))
             part_gather.settle_pulled(self, gathered)
             for blob in unused:

@@ -32,12 +32,13 @@ class WritesService(ConditionalWrites):
 
     async def put_object(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
                          metadata: dict[str, str], expected: ExpectedDigests,
-                         conditions: WriteConditions = NO_WRITE_CONDITIONS) -> PutResult:
+                         conditions: WriteConditions = NO_WRITE_CONDITIONS, tenant_id: int | None = None) -> PutResult:
+        """``tenant_id``: whose write it is (the authenticated key's tenant), kept on its journal row."""
         self._check_key(bucket, key)
         self._check_content(bucket, content_headers)
         await self._check_folder_marker(bucket, key)
         with self.acks.held():
-            return await self._put(bucket, key, body, content_headers, metadata, expected, conditions)
+            return await self._put(bucket, key, body, content_headers, metadata, expected, conditions, tenant_id)
 
     async def _check_folder_marker(self, bucket: str, key: str) -> None:
         """A folder marker ``a/`` over a file ``a``: SeaweedFS refuses it (409 ExistingObjectIsFile,
@@ -61,7 +62,8 @@ class WritesService(ConditionalWrites):
             raise S3Error("ExistingObjectIsFile", Key=key, BucketName=bucket)
 
     async def _put(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
-                   metadata: dict[str, str], expected: ExpectedDigests, conditions: WriteConditions) -> PutResult:
+                   metadata: dict[str, str], expected: ExpectedDigests, conditions: WriteConditions,
+                   tenant_id: int | None) -> PutResult:
         mode = self._mode_for(bucket, key)
         await mode.admit(bucket)
         reserved = await mode.reserve(expected.declared_size)
@@ -77,7 +79,7 @@ class WritesService(ConditionalWrites):
                     await self._run(self.blobs.discard, received.staging)
                     return PutResult(hold.repeat, received.checksums)
                 result = await self._put_received(bucket, key, received, content_headers, metadata, mode,
-                                                  hold.fence() if conditions.any else {})
+                                                  hold.fence() if conditions.any else {}, tenant_id)
                 hold.result = result.etag
                 return result
         except BaseException:
@@ -85,12 +87,13 @@ class WritesService(ConditionalWrites):
             raise
 
     async def _put_received(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
-                            metadata: dict[str, str], mode: WriteMode, fence: dict[str, str]) -> PutResult:
+                            metadata: dict[str, str], mode: WriteMode, fence: dict[str, str],
+                            tenant_id: int | None = None) -> PutResult:
         """Write a received body: its journal row, or (write-through) the remote object."""
         # Asked once the body is here, right before it is written: a row buffered while it
         # arrived (the mode turned write-back meanwhile) is older than this write.
         if await mode.journals(bucket, key):
-            row = await self._journal_put(bucket, key, received, content_headers, metadata)
+            row = await self._journal_put(bucket, key, received, content_headers, metadata, tenant_id)
             await mode.hand_on(row)
             return PutResult(row.etag, received.checksums)
         if fence and not await self._run(self.remote.conditional_writes, bucket):
@@ -168,7 +171,8 @@ class WritesService(ConditionalWrites):
     async def copy_object(self, bucket: str, key: str, src_bucket: str, src_key: str, replace: bool,
                           content_headers: dict[str, str], metadata: dict[str, str],
                           check: Callable[[ObjectMeta], None],
-                          conditions: WriteConditions = NO_WRITE_CONDITIONS) -> tuple[str, datetime]:
+                          conditions: WriteConditions = NO_WRITE_CONDITIONS,
+                          tenant_id: int | None = None) -> tuple[str, datetime]:
         self._check_key(bucket, key)
         self._check_key(src_bucket, src_key)
         source = await self.head_object(src_bucket, src_key)
@@ -188,7 +192,8 @@ class WritesService(ConditionalWrites):
         mode = self._mode_for(bucket, key)
         async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:
             if await mode.journals(bucket, key):
-                row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata)
+                row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata,
+                                             tenant_id)
                 await mode.hand_on(row)
                 hold.result = row.etag
                 return row.etag, row.created_at
@@ -199,7 +204,8 @@ class WritesService(ConditionalWrites):
         return result
 
     async def _copy_local(self, bucket: str, key: str, src_bucket: str, src_key: str, source: ObjectMeta,
-                          content_headers: dict[str, str], metadata: dict[str, str]) -> VersionRow:
+                          content_headers: dict[str, str], metadata: dict[str, str],
+                          tenant_id: int | None) -> VersionRow:
         """A copy whose bytes go through the journal like any write, keeping key order (the
         caller hands the row on).
 
@@ -215,23 +221,24 @@ class WritesService(ConditionalWrites):
         if "-" not in source.etag and received.digests.md5_hex() != source.etag:
             await self._run(self.blobs.discard, received.staging)
             raise S3Error("InternalError", "the copy source changed while it was read")
-        return await self._journal_put(bucket, key, received, content_headers, metadata)
+        return await self._journal_put(bucket, key, received, content_headers, metadata, tenant_id)
 
-    async def _journal_delete(self, bucket: str, key: str) -> VersionRow:
-        return await self._run(functools.partial(self.journal.append_delete, bucket, key, None,
+    async def _journal_delete(self, bucket: str, key: str, tenant_id: int | None) -> VersionRow:
+        return await self._run(functools.partial(self.journal.append_delete, bucket, key, tenant_id,
                                                  invalidate_cache=True))
 
-    async def delete_object(self, bucket: str, key: str) -> None:
+    async def delete_object(self, bucket: str, key: str, tenant_id: int | None = None) -> None:
         self._check_key(bucket, key)
         mode = self._mode_for(bucket, key)
         await mode.admit(bucket)
         if await mode.journals(bucket, key):
-            await mode.hand_on(await self._journal_delete(bucket, key))
+            await mode.hand_on(await self._journal_delete(bucket, key, tenant_id))
             return
         await self._run(self.remote.delete_object, bucket, key)
         await self._written(bucket, key)
 
-    async def delete_objects(self, bucket: str, keys: list[str]) -> dict[str, tuple[str, str]]:
+    async def delete_objects(self, bucket: str, keys: list[str],
+                             tenant_id: int | None = None) -> dict[str, tuple[str, str]]:
         failures: dict[str, tuple[str, str]] = {}
         valid: list[str] = []
         for key in keys:
@@ -251,7 +258,7 @@ class WritesService(ConditionalWrites):
         direct: list[str] = []
         for key, mode in routed:
             if await mode.journals(bucket, key):
-                await mode.hand_on(await self._journal_delete(bucket, key))
+                await mode.hand_on(await self._journal_delete(bucket, key, tenant_id))
             else:
                 direct.append(key)
         if direct:

@@ -7,10 +7,13 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
+from app.adapters.catalog.tables import ObjectVersion
 from app.domain.errors import S3Error
 from app.domain.ranges import WHOLE
 from app.domain.states import VersionState
+from app.services.bodies import ExpectedDigests
 from tests.fakes.faulty import Fault, FaultyRemote
 from tests.fakes.harness import body, build, read_all
 
@@ -205,3 +208,28 @@ def test_a_reader_whose_inline_row_was_destaged_meanwhile_reads_the_remote(tmp_p
         assert await svc.get("b", "k") == b"inline body"
 
     asyncio.run(scenario())
+
+
+def test_journal_rows_carry_the_writers_tenant(tmp_path: Path) -> None:
+    """object_versions.tenant_id is the tenant whose request made the row: a PUT, a copy, a
+    delete and a completed multipart upload (the upload's creator)."""
+    remote = FaultyRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+    gw = svc.gateway
+
+    async def scenario() -> None:
+        await gw.put_object("b", "put", body(b"x"), {}, {}, ExpectedDigests(declared_size=1), tenant_id=7)
+        await gw.copy_object("b", "copy", "b", "put", False, {}, {}, lambda _: None, tenant_id=8)
+        await gw.delete_object("b", "put", tenant_id=9)
+        await gw.delete_objects("b", ["copy"], tenant_id=10)
+        upload = await gw.create_upload("b", "mpu", 11, {}, {}, None)
+        part = await gw.upload_part("b", "mpu", upload.upload_id, 1, body(b"p"), ExpectedDigests(declared_size=1))
+        await gw.complete_upload("b", "mpu", upload.upload_id, [(1, part.etag, {})])
+
+    asyncio.run(scenario())
+    with svc.journal.sessions() as s:
+        rows = [(k, op, t) for k, op, t in s.execute(
+            select(ObjectVersion.key, ObjectVersion.op, ObjectVersion.tenant_id).order_by(ObjectVersion.seq))]
+    assert rows == [("put", "put", 7), ("copy", "put", 8), ("put", "delete", 9), ("copy", "delete", 10),
+                    ("mpu", "put", 11)]

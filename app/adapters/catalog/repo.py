@@ -139,7 +139,7 @@ class Catalog(KeyClaims, RemoteOpenings):
                                   initiated_at=now, headers_json=json.dumps(headers),
                                   checksum_algorithm=checksum_algorithm, state=UploadState.OPEN.value,
                                   node_id=self.node_id))
-        return UploadInfo(upload_id, bucket, key, now, checksum_algorithm)
+        return UploadInfo(upload_id, bucket, key, now, checksum_algorithm, tenant_id=tenant_id)
 
     def get_upload(self, upload_id: str) -> tuple[UploadInfo, dict[str, object]] | None:
         with self.sessions() as s:
@@ -147,7 +147,7 @@ class Catalog(KeyClaims, RemoteOpenings):
             if row is None or row.state != UploadState.OPEN.value:
                 return None
             info = UploadInfo(row.upload_id, row.bucket, row.key, _aware(row.initiated_at),
-                              row.checksum_algorithm)
+                              row.checksum_algorithm, tenant_id=row.tenant_id)
             return info, json.loads(row.headers_json)
 
     def remote_upload(self, upload_id: str) -> str | None:
@@ -277,7 +277,7 @@ class Catalog(KeyClaims, RemoteOpenings):
                 return "gone", None
             if won == 1:
                 info = UploadInfo(row.upload_id, row.bucket, row.key, _aware(row.initiated_at),
-                                  row.checksum_algorithm)
+                                  row.checksum_algorithm, tenant_id=row.tenant_id)
                 return "claimed", (info, json.loads(row.headers_json))
             if row.state == UploadState.COMPLETED.value and row.result_json:
                 return "completed", CompletedUpload.from_json(row.result_json)

@@ -201,7 +201,7 @@ async def delete_objects(req: S3Request, gw: Gateway) -> Response:
             failures[key] = ("NoSuchVersion", "The specified version does not exist.")
         else:
             plain.append(key)
-    failures.update(await gw.delete_objects(_bucket(req), plain))
+    failures.update(await gw.delete_objects(_bucket(req), plain, tenant_id=req.tenant_id))
     parts = []
     for key, version in keys:
         if key in failures:

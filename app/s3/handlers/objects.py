@@ -150,7 +150,8 @@ async def put_object(req: S3Request, gw: Gateway) -> Response:
             "transfer-encoding", "").lower():
         raise S3Error("MissingContentLength")
     result = await gw.put_object(bucket, key, body, content_headers(req), user_metadata(req),
-                                 expected_digests(req, body.declared_size), write_conditions(req))
+                                 expected_digests(req, body.declared_size), write_conditions(req),
+                                 tenant_id=req.tenant_id)
     headers = [("ETag", f'"{result.etag}"')] + checksum_headers(result.checksums)
     return Response(200, headers)
 
@@ -181,7 +182,7 @@ async def copy_object(req: S3Request, gw: Gateway) -> Response:
         raise S3Error("InvalidArgument", "Unknown metadata directive.", ArgumentName="x-amz-metadata-directive")
     etag, modified = await gw.copy_object(bucket, key, src_bucket, src_key, directive == "REPLACE",
                                           content_headers(req), user_metadata(req), _copy_conditions(req),
-                                          write_conditions(req))
+                                          write_conditions(req), tenant_id=req.tenant_id)
     body = xml.document("CopyObjectResult", [xml.element("LastModified", xml.iso8601(modified)),
                                              xml.element("ETag", f'"{etag}"')])
     return Response.xml(body)
@@ -190,5 +191,5 @@ async def copy_object(req: S3Request, gw: Gateway) -> Response:
 async def delete_object(req: S3Request, gw: Gateway) -> Response:
     _check_version(req)
     bucket, key = _target(req)
-    await gw.delete_object(bucket, key)
+    await gw.delete_object(bucket, key, tenant_id=req.tenant_id)
     return Response(204)
