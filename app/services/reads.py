@@ -73,7 +73,7 @@ class ReadsService(GatewayCore):
         row = self.journal.latest_dirty(bucket, key)
         if row is not None or not policy.caches:
             return row, None
-        return None, self.cache.index.get(bucket, key)
+        return None, self.cache.lookup(bucket, key)
 
     async def get_object(self, bucket: str, key: str, rng: RangeRequest = WHOLE, tenant_id: int | None = None,
                          *, conditions: Conditions = NO_CONDITIONS, file_ranges: bool = False) -> ObjectRead:

@@ -77,6 +77,11 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
     live in serve.py, fill.py, discovery.py, eviction.py, revalidation.py, orphans.py, scrub.py."""
 
     # ---- lookups -----------------------------------------------------------------------------
+    def lookup(self, bucket: str, key: str) -> Entry | None:
+        """The key's entry as the index holds it (a point lookup, blocking: the caller picks the
+        thread), for a caller that reads it with other state and passes it back as ``known``."""
+        return self.index.get(bucket, key)
+
     async def current(self, bucket: str, key: str, policy: Policy, known: Any = LOOKUP) -> tuple[Entry | None, str]:
         """The entry to serve and why ('hit', 'stale'), or (None, 'miss') when the remote must be read.
         ``known``: the index row the caller already looked up (None: there is none; LOOKUP: ask)."""
