@@ -54,7 +54,6 @@ class Fill:
     loop: asyncio.AbstractEventLoop
     read_fd: int = -1
     holds_last: bool = False  # the last byte waits for the fill's verdict (a checksum to check)
-    verified: bool = False  # every byte landed and matched the checksum: readers may finish
     done: bool = False
     error: BaseException | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -70,17 +69,8 @@ class Fill:
     @property
     def visible(self) -> int:
         """Bytes readers may have: all written ones, except the last while a verdict is pending,
-        so a reader never completes an answer the fill may still reject. The verdict is the
-        checksum's: a reader does not wait for the block's accounting and publication (catalog
-        round trips that decide whether the cache keeps it, not whether the bytes are right)."""
-        if self.done or self.verified or not self.holds_last:
-            return self.file.written
-        return max(0, self.file.written - 1)
-
-    def verify_passed(self) -> None:
-        """On the loop: the fetch thread checked the whole block; its last byte may go out."""
-        self.verified = True
-        self.notify()
+        so a reader never completes an answer the fill may still reject."""
+        return self.file.written if self.done or not self.holds_last else max(0, self.file.written - 1)
 
     # Called on the event loop (from the fetch thread through call_soon_threadsafe).
     def notify(self) -> None:
@@ -240,8 +230,6 @@ class Filling(CacheBase):
         try:
             self._fill_fetch(job)
             self._fill_verify(job)
-            if job.fill.holds_last:
-                job.loop.call_soon_threadsafe(job.fill.verify_passed)
             if job.keep and self._fill_account(job):
                 self._fill_publish(job)
             else:
