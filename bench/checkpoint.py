@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -110,10 +111,13 @@ def run_and_report(args: argparse.Namespace, remote: Remote) -> None:
     disk = [disk_write_fsync_mbps(work, size) for _ in range(2)]
     md5 = md5_mbps()
     runs: list[dict[str, float]] = []
-    with GatewayProcess(remote, work / "gateway", env={"FERRY_LOG_LEVEL": "warning"}) as gw:
-        for n in range(args.runs):
-            runs.append(one_run(gw, remote, args.bucket, src, n))
-            print(f"run {n + 1}: {runs[-1]}", flush=True)
+    try:
+        with GatewayProcess(remote, work / "gateway", env={"FERRY_LOG_LEVEL": "warning"}) as gw:
+            for n in range(args.runs):
+                runs.append(one_run(gw, remote, args.bucket, src, n))
+                print(f"run {n + 1}: {runs[-1]}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the checkpoint file and the gateway's data dir
     ack = [r["gateway_ack_s"] for r in runs]
     durable = [r["gateway_durable_s"] for r in runs]
     direct = [r["direct_s"] for r in runs]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -63,10 +64,10 @@ def _drop(name: str) -> None:
 def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
     name, url = _database()
     results: dict[str, dict[str, list[float]]] = {s: {"miss": [], "peer": [], "hit": []} for s in SIZES}
+    work = Path(tempfile.mkdtemp(prefix="ferry-bench-fleet-"))  # the nodes' data dirs: removed at the end
     try:
         with SeaweedServer() as weed, CountingProxy(weed) as proxy, \
-                Fleet(proxy, url, Path(tempfile.mkdtemp(prefix="ferry-bench-fleet-")), size=2,
-                      env=PRODUCTION_INTERVALS) as fleet:
+                Fleet(proxy, url, work, size=2, env=PRODUCTION_INTERVALS) as fleet:
             fleet.wait_live(2)
             bucket = weed.create_bucket(f"bench-{uuid.uuid4().hex[:8]}")
             clients = [n.client() for n in fleet.nodes]
@@ -86,6 +87,7 @@ def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
                     results[label]["hit"].append(_get_ms(clients[other], bucket, key))
     finally:
         _drop(name)
+        shutil.rmtree(work, ignore_errors=True)
     return {s: {k: statistics.median(v) for k, v in r.items()} for s, r in results.items()}
 
 
