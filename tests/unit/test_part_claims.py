@@ -15,11 +15,14 @@ from app.services.partcopies import PartCopies
 
 def test_one_sender_per_part_and_a_dead_holder_runs_out(engine: Engine) -> None:
     claims = PartClaims(engine, "n1")
-    assert claims.claim_part("r1", 1, "a", 0.5)
-    assert not claims.claim_part("r1", 1, "b", 0.5)  # held by a
-    assert claims.claim_part("r1", 2, "b", 0.5)  # another part is free
+    # Leases long enough for a loaded machine (a 0.5 s one ran out between two statements in CI).
+    assert claims.claim_part("r1", 1, "a", 30.0)
+    assert not claims.claim_part("r1", 1, "b", 30.0)  # held by a
+    assert claims.claim_part("r1", 2, "b", 30.0)  # another part is free
     assert claims.live_parts("r1") == {1, 2}
-    time.sleep(0.6)  # a was killed: it stopped renewing
+    # a and b were killed: their last renewals were short, and nobody renews them again
+    assert claims.renew_part("r1", 1, "a", 0.05) and claims.renew_part("r1", 2, "b", 0.05)
+    time.sleep(0.3)
     assert claims.live_parts("r1") == set()
     assert claims.claim_part("r1", 1, "c", 30.0)  # taken over
     assert not claims.renew_part("r1", 1, "a", 30.0)  # the old holder cannot come back
