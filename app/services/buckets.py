@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from app.domain.errors import S3Error
@@ -13,6 +14,11 @@ from app.domain.objects import (
 from app.domain.uploads import UploadNotOpen
 from app.services.core import GatewayCore
 from app.services.eager_open import settled_remote_upload
+
+log = logging.getLogger("ferry.buckets")
+
+CREATE_ATTEMPTS = 4  # a remote's spurious NoSuchBucket to a racing CreateBucket, asked again
+CREATE_RETRY_PAUSE = 0.05  # seconds, times the attempt number
 
 
 class BucketsService(GatewayCore):
@@ -28,7 +34,7 @@ class BucketsService(GatewayCore):
         validate_bucket_name(bucket)
         fresh = True
         try:
-            await self._run(self.remote.create_bucket, bucket, location)
+            await self._create_on_remote(bucket, location)
         except S3Error as err:
             # us-east-1 semantics: re-creating a bucket you own succeeds.
             if err.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists") or (
@@ -39,6 +45,22 @@ class BucketsService(GatewayCore):
             fresh = False
         await self.tenancy.created(tenant_id, bucket, fresh=fresh)
         self._known_buckets[bucket] = time.monotonic()
+
+    async def _create_on_remote(self, bucket: str, location: str | None) -> None:
+        """The remote's CreateBucket. SeaweedFS answers NoSuchBucket to the losers of creates
+        racing on one name (seen on a loaded machine: its create reads the bucket back before the
+        winner's is visible): never S3's answer to a create, so it is asked again, and a remote
+        that keeps saying so gets S3's answer for a conflicting operation in progress."""
+        for attempt in range(CREATE_ATTEMPTS):
+            try:
+                await self._run(self.remote.create_bucket, bucket, location)
+                return
+            except S3Error as err:
+                if err.code != "NoSuchBucket":
+                    raise
+                log.info("the remote answered NoSuchBucket to CreateBucket %s (attempt %d)", bucket, attempt + 1)
+            await asyncio.sleep(CREATE_RETRY_PAUSE * (attempt + 1))
+        raise S3Error("OperationAborted", BucketName=bucket)
 
     async def _head_existing(self, bucket: str) -> None:
         """The remote just said the name exists: a HEAD that does not see it yet (another

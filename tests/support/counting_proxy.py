@@ -300,13 +300,17 @@ class CountingProxy:
         self.server.server_close()
 
     def reset(self) -> None:
-        with self._lock:
-            self.seen.clear()
+        """Forget what was seen, once what is in flight has been recorded: a request is recorded
+        after its last byte went out, so a GET the gateway already finished could otherwise be
+        counted against the test's next step (seen on a loaded CI machine)."""
         self.stall_after = None
         self.cut_held = False
         self.corrupt_at = None
+        self.release.set()  # a held answer goes on, so it can finish and be recorded now
+        self.idle()
+        with self._lock:
+            self.seen.clear()
         self.stalled.clear()
-        self.release.set()
         self.release = threading.Event()
 
     def idle(self, timeout: float = 5.0) -> bool:
