@@ -94,7 +94,8 @@ class Destager:
                 remote_etag = ""
             else:
                 remote_etag = upload(remote, self.store, spec_of(row, self._inline(row)), self.part_concurrency,
-                                     fence=lease, copies=self.part_copies, conditional=conditional)
+                                     fence=lease, copies=self.part_copies, conditional=conditional,
+                                     record=lambda upload_id: self.journal.record_remote_upload(row, upload_id))
         except Exception as exc:  # any failure: keep the bytes, retry later
             stop.set()
             renewer.join()

@@ -42,7 +42,7 @@ class UploadSpec:
 
 def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurrency: int = 8,
            fence: Callable[[], bool] | None = None, copies: PartCopies | None = None,
-           conditional: bool = False) -> str:
+           conditional: bool = False, record: Callable[[str], bool] | None = None) -> str:
     """Write one object version to the remote; returns the remote ETag (verified equal to ours).
 
     ``fence()`` renews the destage lease; it is asked right before each request that writes the
@@ -56,13 +56,16 @@ def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurren
     once, even when the lease lapsed mid-request while the catalog was restarting (issue 15).
     ``conditional``: a single PutObject carries If-Match (or If-None-Match) on the ETag the remote
     has now, so it fails with PreconditionFailed if another write lands before it does.
+    ``record(upload_id)`` names a remote multipart upload this call creates on the row before
+    any part is sent (False: the row is no longer ours); a recorded upload is kept on failure,
+    for the retry to resume.
     """
     if spec.multipart:
         if copies is not None and spec.remote_upload_id:
             # Let the parts still being copied ahead land, rather than send them a second time.
             copies.wait_idle(spec.bucket, spec.key, timeout=1800)
             copies.wait_others(spec.remote_upload_id, timeout=1800)  # and other processes' copies
-        remote_etag = _upload_multipart(remote, store, spec, part_concurrency, fence, copies)
+        remote_etag = _upload_multipart(remote, store, spec, part_concurrency, fence, copies, record)
         if copies is not None and spec.remote_upload_id:
             copies.forget(spec.remote_upload_id)
     else:
@@ -155,7 +158,8 @@ def delete(remote: RemotePort, bucket: str, key: str, conditional: bool = False,
 
 
 def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, concurrency: int,
-                      fence: Callable[[], bool] | None = None, copies: PartCopies | None = None) -> str:
+                      fence: Callable[[], bool] | None = None, copies: PartCopies | None = None,
+                      record: Callable[[str], bool] | None = None) -> str:
     """Same part boundaries as the client used, so the remote's ETag is the client's.
 
     When the parts were copied to a remote upload as they arrived, that upload is reused: the
@@ -178,6 +182,7 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
         with _guarded(fence):
             upload_id = remote.create_multipart(spec.bucket, spec.key, spec.content_headers, spec.metadata,
                                                 spec.checksum_algorithm, _checksum_type(spec))
+        reused = _recorded(remote, spec, upload_id, record)
     numbered = all(p.number for p in spec.blobs)
     numbers = [int(p.number or 0) for p in spec.blobs] if numbered else list(range(1, len(spec.blobs) + 1))
 
@@ -210,6 +215,25 @@ def _upload_multipart(remote: RemotePort, store: BlobPort, spec: UploadSpec, con
             with _guarded(fence):
                 remote.abort_multipart(spec.bucket, spec.key, upload_id)
         raise
+
+
+def _recorded(remote: RemotePort, spec: UploadSpec, upload_id: str, record: Callable[[str], bool] | None) -> bool:
+    """Name a just-created remote upload on the row (True), before any part goes. Refused (the
+    row was taken over): the upload is aborted (only this call knows its id, so aborting it
+    touches nobody's write) and the destage stops."""
+    if record is None:
+        return False
+    try:
+        kept = record(upload_id)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            remote.abort_multipart(spec.bucket, spec.key, upload_id)
+        raise
+    if not kept:
+        with contextlib.suppress(Exception):
+            remote.abort_multipart(spec.bucket, spec.key, upload_id)
+        raise LeaseLost(f"the destage row of {spec.bucket}/{spec.key} was taken over before its upload was recorded")
+    return True
 
 
 @contextlib.contextmanager

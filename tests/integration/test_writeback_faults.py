@@ -397,6 +397,52 @@ def test_kill9_worker_mid_destage(make_node: Callable[..., Node], mode: Mode, bu
     assert read_object(seaweed.client(), bucket, key) == (sha(body), etag)
 
 
+@pytest.mark.parametrize("mode", MODES_QUICK_EMBEDDED, indirect=True)
+def test_kill9_mid_multipart_destage_resumes_its_remote_upload(make_node: Callable[..., Node], mode: Mode,
+                                                               bucket: str, seaweed: SeaweedServer) -> None:
+    """A multipart destage killed mid-upload leaves no remote upload open: the one it created is
+    named on its row before any part goes, and the retry after the restart resumes it (fails on
+    b0ee640: the retry opened a second upload and the first stayed open for the 8-day sweep)."""
+    node = make_node(env={"FERRY_EAGER_PART_COPY": "0"})  # the destage opens the remote upload
+    key = f"mp-{uuid.uuid4().hex[:8]}"
+    part = 16 * MiB
+    body = random.randbytes(12 * part)
+    client = node.gw.client(read_timeout=120)
+    confirm_bucket(client, bucket)
+    upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    parts = [{"PartNumber": n + 1, "ETag": client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id,
+                                                               PartNumber=n + 1,
+                                                               Body=body[n * part:(n + 1) * part])["ETag"]}
+             for n in range(12)]
+    remote = seaweed.client()
+    seaweed.pause()  # the destage starts but cannot finish: the row sits in DESTAGING
+    try:
+        etag = client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
+                                                MultipartUpload={"Parts": parts})["ETag"]
+        wait_for(lambda: versions(node.gw, bucket, key)[0]["state"] == "destaging", 30, "the row to be destaging")
+        seaweed.resume()
+        wait_for(lambda: remote.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads"), 30,
+                 "the destage's remote upload")
+        time.sleep(0.3)  # parts are flowing to the remote now
+        state = versions(node.gw, bucket, key)[0]["state"]
+        if mode.fleet:
+            assert node.worker is not None
+            node.worker.kill()
+        else:
+            node.gw.kill()
+    finally:
+        seaweed.resume()
+    assert state == "destaging", "the destage finished before the kill; make the object larger"
+    [opened] = remote.list_multipart_uploads(Bucket=bucket, Prefix=key)["Uploads"]
+    node.start()
+    flush(node.gw, bucket, key)
+    [row] = versions(node.gw, bucket, key)
+    assert row["state"] == "durable" and row["remote_etag"] == etag.strip('"')
+    assert read_object(remote, bucket, key) == (sha(body), etag)
+    assert remote.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []) == [], \
+        f"the killed destage's upload {opened['UploadId']} was left open"
+
+
 # ------------------------------------------------------------------------------------ 3. overwrites
 
 

@@ -80,6 +80,18 @@ class DestageMoves:
                 .values(lease_until=self.clock() + lease_seconds).execution_options(synchronize_session=False))
             return result.rowcount == 1
 
+    def record_remote_upload(self, row: VersionRow, remote_upload_id: str) -> bool:
+        """The remote multipart upload a DESTAGING row's holder just created, named on the row
+        before any part is sent: a destage killed mid-upload leaves it owned (never a leak the
+        remote-uploads sweep waits days for), and the retry resumes it (only missing parts go)."""
+        with self.bookkeeping.begin() as s:
+            result = s.execute(
+                update(ObjectVersion)
+                .where(ObjectVersion.seq == row.seq, ObjectVersion.state == VersionState.DESTAGING.value,
+                       ObjectVersion.generation == row.generation)
+                .values(remote_upload_id=remote_upload_id).execution_options(synchronize_session=False))
+            return result.rowcount == 1
+
     def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None, *,
                      invalidate_cache: bool = False, relaxed: bool = False, route: RouteStamp | None = None) -> bool:
         """DESTAGING -> DURABLE. With ``invalidate_cache`` the key's cache entries and tombstone move in the
