@@ -277,3 +277,48 @@ def test_a_client_leaving_a_zero_copy_miss_leaks_nothing(zgw: GatewayProcess, zb
     assert get(zgw, zbucket, "left.bin") == data  # the fills outlived the reader that left
     wait_released(zgw, fds_before, "fill descriptors, socket dups or sockets")
     assert "Traceback" not in zgw.log_tail(20000)
+
+
+def test_a_zero_copy_hit_longer_than_its_eager_opens_survives_an_overwrite_mid_body(
+        zgw: GatewayProcess, zbucket: str, seaweed: Any) -> None:
+    """A full hit of more blocks than are opened before the answer starts (``EAGER_OPEN``, 16):
+    the object is overwritten mid-body, which retires its blocks, and the later ones are still
+    opened from there, so the reader gets the old version whole and zero-copy, never a cut body
+    (issue 25: 6 of 13,114 multi-block GETs during overwrites lost their connection)."""
+    blocks = 20
+    key = "retired-mid-body.bin"
+    data = os.urandom(blocks * BLOCK)
+    put_remote(seaweed.client(), zbucket, key, data)
+    assert get(zgw, zbucket, key) == data
+    wait_cached(zgw, zbucket, key)
+    retired = zgw.data_dir / "cache" / "retired"
+
+    def retired_files() -> int:
+        return len(os.listdir(retired)) if retired.exists() else 0
+
+    already = retired_files()
+    sent_before = zerocopy_bytes(zgw)
+    host = urllib.parse.urlsplit(zgw.endpoint)
+    conn = http.client.HTTPConnection(host.hostname or "127.0.0.1", host.port or 80, timeout=60)
+    conn.connect()
+    assert conn.sock is not None
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    conn.request("GET", presigned(zgw, zbucket, key)[len(zgw.endpoint):])
+    resp = conn.getresponse()
+    assert resp.status == 200
+    head = resp.read(3 * MiB)  # into the first blocks; the server waits on the socket
+    client = zgw.client()
+    try:
+        client.put_object(Bucket=zbucket, Key=key, Body=b"the next version")
+        deadline = time.monotonic() + 20
+        while retired_files() < already + blocks and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert retired_files() >= already + blocks, "the overwrite never retired the old blocks"
+        rest = resp.read()
+        assert len(head) + len(rest) == len(data)
+        assert head + rest == data, "the reader got the old version, whole"
+        assert zerocopy_bytes(zgw) - sent_before >= len(data)
+        assert get(zgw, zbucket, key) == b"the next version"
+    finally:
+        client.close()
+        conn.close()
