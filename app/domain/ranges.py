@@ -35,12 +35,12 @@ class ByteRange:
         return f"bytes {self.first}-{self.last}/{self.size}"
 
 
-def parse_range(header: str | None, size: int) -> ByteRange | None:
-    """Return the range to serve, ``None`` for the whole object.
+Spec = tuple[int | None, int | None]  # (first, last): first None is a suffix of ``last`` bytes; last None runs to the end
 
-    Like S3: a syntactically invalid or multi-range header is ignored (whole object); a valid
-    range that starts past the end is ``InvalidRange`` (416).
-    """
+
+def _spec(header: str | None) -> Spec | None:
+    """The one parse of a Range header: the single range S3 acts on, or None when S3 ignores the
+    header (absent, malformed, several ranges, ``bytes=-``, last before first)."""
     if not header:
         return None
     match = _RANGE.match(header)
@@ -49,64 +49,77 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     start_s, end_s = match.groups()
     if not start_s and not end_s:
         return None
-    if not start_s:  # suffix: last N bytes
-        suffix = _offset(end_s)
+    first = _offset(start_s) if start_s else None
+    last = _offset(end_s) if end_s else None
+    if first is not None and last is not None and last < first:
+        return None
+    return first, last
+
+
+def _header(spec: Spec) -> str:
+    first, last = spec
+    return f"bytes={'' if first is None else first}-{'' if last is None else last}"
+
+
+def _resolve(spec: Spec | None, size: int, header: str | None) -> ByteRange | None:
+    """Like S3: an ignored header is the whole object (None); a range that starts past the end,
+    or a suffix of 0 bytes, is ``InvalidRange`` (416)."""
+    if spec is None:
+        return None
+    first, last = spec
+    if first is None:  # suffix: last N bytes
+        suffix = last or 0
         if suffix == 0:
-            raise S3Error("InvalidRange", ActualObjectSize=str(size), RangeRequested=header)
+            raise S3Error("InvalidRange", ActualObjectSize=str(size), RangeRequested=header or "")
         if size == 0:
             return None
         return ByteRange(max(0, size - suffix), size - 1, size)
-    first = _offset(start_s)
-    if end_s:
-        last = _offset(end_s)
-        if last < first:
-            return None
-    else:
-        last = size - 1
     if first >= size:
-        raise S3Error("InvalidRange", ActualObjectSize=str(size), RangeRequested=header)
-    return ByteRange(first, min(last, size - 1), size)
+        raise S3Error("InvalidRange", ActualObjectSize=str(size), RangeRequested=header or "")
+    return ByteRange(first, size - 1 if last is None else min(last, size - 1), size)
+
+
+def parse_range(header: str | None, size: int) -> ByteRange | None:
+    """The range to serve of an object of ``size`` bytes, ``None`` for the whole object."""
+    return _resolve(_spec(header), size, header)
 
 
 def honoured_range_header(header: str | None) -> str | None:
-    """The header if S3 would act on it (one satisfiable-looking range), else ``None``.
-
-    Used before the size is known, e.g. to forward a Range to the remote only when S3 would
-    honour it: an ignored header must not turn a 200 into a 206 or a 416.
-    """
-    if not header:
-        return None
-    match = _RANGE.match(header)
-    if match is None:
-        return None
-    start_s, end_s = match.groups()
-    if not start_s and not end_s:
-        return None
-    if start_s and end_s and _offset(end_s) < _offset(start_s):
-        return None
-    first = str(_offset(start_s)) if start_s else ""
-    last = str(_offset(end_s)) if end_s else ""
-    return f"bytes={first}-{last}"
+    """The header if S3 would act on it, in canonical form, else ``None``: forwarded to the remote
+    only when S3 would honour it, an ignored header never turns a 200 into a 206 or a 416."""
+    spec = _spec(header)
+    return None if spec is None else _header(spec)
 
 
 @dataclass(frozen=True, slots=True)
 class RangeRequest:
-    """A GET's Range, parsed once at the edge and passed down as a value: the header to forward
-    (``None`` when S3 would ignore it) and how it resolves once the object's size is known."""
+    """A GET's Range, parsed once at the edge and passed down as a value: what S3 acts on
+    (``spec``; None: the whole object), the header to forward, and how it resolves once the
+    object's size is known."""
 
-    header: str | None = None
+    spec: Spec | None = None
 
     @classmethod
     def from_header(cls, header: str | None) -> RangeRequest:
-        return cls(honoured_range_header(header))
+        return cls(_spec(header))
 
     @classmethod
     def span(cls, first: int, last: int) -> RangeRequest:
-        """An explicit inclusive span (a copy source range), already checked against the size."""
-        return cls(f"bytes={first}-{last}")
+        """An explicit inclusive span (a copy source range, a block), already checked."""
+        return cls((first, last))
+
+    @property
+    def header(self) -> str | None:
+        """The canonical header to forward (None: ask for the whole object)."""
+        return None if self.spec is None else _header(self.spec)
+
+    @property
+    def first_byte(self) -> int | None:
+        """The first byte asked for: 0 for the whole object, None for a suffix (the size decides)."""
+        return 0 if self.spec is None else self.spec[0]
 
     def resolve(self, size: int) -> ByteRange | None:
-        return parse_range(self.header, size) if self.header else None
+        return _resolve(self.spec, size, self.header)
 
 
 WHOLE = RangeRequest()

@@ -53,7 +53,7 @@ async def serve_held(writes: HeldWrites, query: str, headers: dict[str, str], se
         await _answer(send, 400, b"seq and a Range bytes=a-b are required\n")
         return
     try:
-        read = await writes.open_held_version(int(seq), RangeRequest(headers["range"]))
+        read = await writes.open_held_version(int(seq), RangeRequest.span(int(span[1]), int(span[2])))
     except S3Error as err:
         await _answer(send, 416 if err.code == "InvalidRange" else 503, err.code.encode())
         return

@@ -29,6 +29,7 @@ from app import metrics
 from app.adapters.catalog.nodes import LiveNode
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
+from app.domain.ranges import RangeRequest
 from app.fleet import auth
 from app.fleet.membership import Membership
 from app.fleet.wire import BLOCK_PATH, META, decode_meta
@@ -48,11 +49,14 @@ class PeerUnavailable(Exception):
 
 
 def _span(byte_range: str | None, block_size: int) -> tuple[int, int | None]:
-    """(first, last or None) of a ``bytes=a-b`` / ``bytes=a-`` header; no range: block 0's bytes."""
+    """(first, last or None) of a ``bytes=a-b`` / ``bytes=a-`` header (the one Range parser of
+    app/domain/ranges.py); no range: block 0's bytes. ValueError for a suffix or ignored range."""
     if not byte_range:
         return 0, block_size - 1
-    first, _, last = byte_range.strip()[6:].partition("-")
-    return int(first), int(last) if last.strip() else None
+    spec = RangeRequest.from_header(byte_range).spec
+    if spec is None or spec[0] is None:
+        raise ValueError(f"not a range from a first byte: {byte_range!r}")
+    return spec[0], spec[1]
 
 
 class PeerBlockSource:

@@ -99,7 +99,7 @@ class PeerServer:
             return
         token = SERVING_PEER.set(True)  # fills started here read the remote, never another peer
         try:
-            await self._serve_block(bucket, key, RangeRequest(rng), headers.get("if-match"), tenant_id, send)
+            await self._serve_block(bucket, key, RangeRequest.from_header(rng), headers.get("if-match"), tenant_id, send)
         finally:
             SERVING_PEER.reset(token)
 
@@ -107,7 +107,7 @@ class PeerServer:
                            tenant_id: int | None, send: Send) -> None:
         policy = self.policies.for_key(bucket, key)
         try:
-            cached = await self.cache.read(bucket, key, rng.header, rng.resolve, policy, tenant_id) if policy.caches \
+            cached = await self.cache.read(bucket, key, rng, policy, tenant_id) if policy.caches \
                 else None
         except S3Error as err:
             await _answer(send, STATUS_OF.get(err.code, 503), err.code.encode())

@@ -90,7 +90,7 @@ class ReadsService(GatewayCore):
             if opened is not None:
                 return opened
         if policy.caches:
-            cached = await self.cache.read(bucket, key, rng.header, rng.resolve, policy, tenant_id,
+            cached = await self.cache.read(bucket, key, rng, policy, tenant_id,
                                            LOOKUP if buffered else entry, file_ranges=file_ranges,
                                            conditions=conditions)
             if cached is not None:

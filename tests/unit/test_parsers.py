@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.domain.errors import S3Error
-from app.domain.ranges import ByteRange, honoured_range_header, parse_range
+from app.domain.ranges import ByteRange, RangeRequest, honoured_range_header, parse_range
 from app.s3 import xml
 from app.s3.request import parse_query, split_target
 from app.s3.tokens import decode_token, encode_token
@@ -123,6 +123,29 @@ def test_honoured_range_header_is_consistent_with_parse_range(header: str, size:
     assert len(honoured) < 60  # never a 5000-digit header to the remote
     assert honoured_range_header(honoured) == honoured  # a fixed point
     assert _outcome(honoured, size) == _outcome(header, size)
+
+
+@PROPERTY
+@given(range_headers(), sizes)
+@example("bytes=-0", 10)
+@example("bytes=0-", 0)
+def test_the_range_a_get_carries_down_is_the_edges_parse(header: str, size: int) -> None:
+    """One parse of a Range for every reader of it: the header forwarded to the remote or a
+    peer, the first byte a discovery fetches, and the bytes served all come from the
+    ``RangeRequest`` the edge built, and agree with ``parse_range`` of the client's header."""
+    wanted = RangeRequest.from_header(header)
+    assert wanted.header == honoured_range_header(header)
+    assert RangeRequest.from_header(wanted.header) == wanted  # forwarding it loses nothing
+    outcome = _outcome(header, size)
+    try:
+        resolved: ByteRange | str | None = wanted.resolve(size)
+    except S3Error as err:
+        resolved = err.code
+    assert resolved == outcome
+    if isinstance(outcome, ByteRange) and wanted.first_byte is not None:
+        assert wanted.first_byte == outcome.first  # a discovery starts at the block served first
+    if wanted.spec is None:
+        assert wanted.first_byte == 0 and outcome is None
 
 
 # ---------------------------------------------------------------------------------- tokens

@@ -20,15 +20,6 @@ from app.services.cache.on_behalf import on_behalf_of
 from app.services.cache.recording import PendingEntry, Recording
 
 
-def first_byte_of(range_header: str | None) -> int | None:
-    """The first byte a ``bytes=a-b`` / ``bytes=a-`` range asks for (None for suffix ranges)."""
-    if not range_header:
-        return 0
-    spec = range_header.strip()[6:]
-    head = spec.split("-", 1)[0].strip()
-    return int(head) if head.isdigit() else None
-
-
 class Discovery(CacheBase):
     """Discovering versions and writing their rows. Uses ``_start_fill`` (fill.py)."""
 

@@ -31,9 +31,9 @@ from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import FileSegment, ObjectMeta
 from app.domain.policy import Policy
-from app.domain.ranges import ByteRange
+from app.domain.ranges import ByteRange, RangeRequest
 from app.domain.states import CacheState
-from app.services.cache.discovery import Discovery, first_byte_of
+from app.services.cache.discovery import Discovery
 from app.services.cache.eviction import Eviction
 from app.services.cache.fill import Fill, Filling
 from app.services.cache.orphans import Orphans
@@ -101,8 +101,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         return await self._run(self.remote.head_object, bucket, key)
 
     # ---- reads -------------------------------------------------------------------------------
-    async def read(self, bucket: str, key: str, range_header: str | None,
-                   byte_range: Callable[[int], ByteRange | None], policy: Policy,
+    async def read(self, bucket: str, key: str, wanted: RangeRequest, policy: Policy,
                    tenant_id: int | None, known: Any = LOOKUP, *, file_ranges: bool = False,
                    conditions: Conditions = NO_CONDITIONS) -> CachedRead | None:
         """Open the object through the cache; None when the caller should read the remote directly
@@ -116,8 +115,8 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
                                    and not await self._run(self.index.mark_seen, bucket, key, tenant_id)):
                 _outcome("miss", bucket, tenant_id)
                 return None
-            entry = await self.discover(bucket, key, first_byte_of(range_header), policy, tenant_id,
-                                        whole=range_header is None)
+            entry = await self.discover(bucket, key, wanted.first_byte, policy, tenant_id,
+                                        whole=wanted.spec is None)
             if entry is None:
                 _outcome("miss", bucket, tenant_id)
                 return None
@@ -125,7 +124,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         else:
             self._touch(entry)
             self._judge(conditions, entry, outcome, tenant_id)
-        rng = byte_range(entry.size) if range_header else None
+        rng = wanted.resolve(entry.size)
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
         if outcome != "miss":
             small = self._small_hit(entry, first, last)
