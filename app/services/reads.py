@@ -77,10 +77,11 @@ class ReadsService(GatewayCore):
 
     async def get_object(self, bucket: str, key: str, rng: RangeRequest = WHOLE, tenant_id: int | None = None,
                          *, conditions: Conditions = NO_CONDITIONS, file_ranges: bool = False) -> ObjectRead:
-        """Open the object, serving ``rng`` (parsed at the edge). A buffered version, or a cache
-        entry the cache serves, judges ``conditions`` before anything is opened (no remote
-        request); other reads leave them to the caller, who has the metadata once it is open.
-        With ``file_ranges`` a cached read's stream may yield ``FileRange`` items, not bytes."""
+        """Open the object, serving ``rng`` (parsed at the edge), with ``conditions`` judged here,
+        once, on whatever answers: a buffered version or a cache entry the cache serves before
+        anything is opened (no remote request), a cache miss once its discovery told the
+        version, a remote read once it is open (closed again on a 304/412). With
+        ``file_ranges`` a cached read's stream may yield ``FileRange`` items, not bytes."""
         self._check_key(bucket, key)
         policy = self.policy(bucket, key)
         row, entry = await self._lookup(bucket, key, policy)
@@ -98,7 +99,13 @@ class ReadsService(GatewayCore):
                                   cached.data)
         else:
             metrics.cache_outcome("bypass", bucket, tenant_id)
-        return await self._get_remote(bucket, key, rng)
+        read = await self._get_remote(bucket, key, rng)
+        try:
+            conditions.check(read.meta.etag, read.meta.last_modified)
+        except S3Error:
+            read.close()
+            raise
+        return read
 
     async def warm_object(self, bucket: str, key: str, tenant_id: int | None = None) -> int:
         """Staging: cache every block of the object now; returns the bytes fetched (0 if fresh)."""

@@ -11,6 +11,7 @@ import os
 import time
 from email.utils import formatdate
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,5 +68,55 @@ def test_a_fresh_entry_answers_304_and_412_with_zero_remote_requests(tmp_path: P
         assert remote.calls == ["GET b/k"] * 3
         await fills_settled(cache)
         await cache.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_service_judges_the_conditions_once_on_every_path(tmp_path: Path) -> None:
+    """A buffered version, a cache miss and a cache hit: the gateway itself answers 304/412 (the
+    S3 handler no longer judges them again), and a request whose conditions hold has them
+    judged exactly once (fails on b0ee640: a miss left them to the handler)."""
+    judged: list[str] = []
+
+    class Counted(Conditions):
+        __slots__ = ()
+
+        def check(self, etag: str, last_modified: Any) -> None:
+            judged.append(etag)
+            super().check(etag, last_modified)
+
+    remote = InMemoryRemote()
+    remote.create_bucket("b", None)
+    data = os.urandom(2 * BLOCK + 10)
+    md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
+    etag = ""
+    for key in ("miss-304", "miss-412", "miss-ok"):
+        etag = remote.put_object("b", key, io.BytesIO(data), len(data), md5, {}, {}, {})
+    svc = build(tmp_path, remote, cache_block=BLOCK)
+    assert svc.cache is not None
+
+    async def refused(key: str, conditions: Conditions, code: str) -> None:
+        with pytest.raises(S3Error) as err:
+            await svc.gateway.get_object("b", key, conditions=conditions)
+        assert err.value.code == code, key
+
+    async def served_once(key: str, tag: str) -> None:
+        judged.clear()
+        await read_all(await svc.gateway.get_object("b", key, conditions=Counted(if_match=f'"{tag}"')))
+        assert judged == [tag], key
+
+    async def scenario() -> None:
+        held = await svc.put("b", "buffered", b"held here")
+        await refused("buffered", Counted(if_none_match=f'"{held}"'), "NotModified")
+        await refused("buffered", Counted(if_match='"0123"'), "PreconditionFailed")
+        await served_once("buffered", held)
+        await refused("miss-304", Counted(if_none_match=f'"{etag}"'), "NotModified")
+        await refused("miss-412", Counted(if_match='"0123"'), "PreconditionFailed")
+        await served_once("miss-ok", etag)  # the miss
+        await fills_settled(svc.cache)
+        await served_once("miss-ok", etag)  # a hit now
+        await refused("miss-ok", Counted(if_none_match=f'"{etag}"'), "NotModified")
+        await fills_settled(svc.cache)
+        await svc.cache.stop()
 
     asyncio.run(scenario())

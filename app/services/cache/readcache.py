@@ -108,7 +108,8 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         (second-hit admission's first miss, or a write raced the discovery). With ``file_ranges``
         the stream may yield ``FileRange`` items (for a server that sends files itself).
         ``conditions`` are judged from an entry the cache serves before anything else happens,
-        so a 304 or 412 the index can answer costs no remote request, even with its blocks gone."""
+        so a 304 or 412 the index can answer costs no remote request, even with its blocks gone;
+        a miss judges them once its discovery told the version (its fill goes on)."""
         entry, outcome = await self.current(bucket, key, policy, known)
         if entry is None:
             if self.disk_low() or (policy.admission == "second-hit"
@@ -123,7 +124,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
             outcome = "miss"
         else:
             self._touch(entry)
-            self._judge(conditions, entry, outcome, tenant_id)
+        self._judge(conditions, entry, outcome, tenant_id)
         rng = wanted.resolve(entry.size)
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
         if outcome != "miss":
