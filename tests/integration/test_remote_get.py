@@ -35,7 +35,7 @@ def both(store: RemoteStore, *args: Any) -> tuple[Any, Any]:
     """(lean, botocore) answers: (meta, body bytes), or the S3Error raised."""
     bucket, key, byte_range, if_match = (*args, None, None)[:4]
     results = []
-    for call in (store.get_object, store._get_object_boto):
+    for call in (store.get_object, store.objects._get_object_boto):
         try:
             meta, body = call(bucket, key, byte_range, if_match)
             results.append((meta, body.read()))

@@ -1,8 +1,8 @@
 """The remote durable bucket, over boto3. Blocking calls: the services run them in threads.
 
 The package: ``client`` (configuration and client construction), ``wire`` (errors, parameters,
-header strings, bodies), ``buckets``, ``objects`` and ``multipart`` (the operations, as mixins of
-``store.RemoteStore``).
+header strings, bodies), ``buckets``, ``objects`` and ``multipart`` (the operations, three parts
+``store.RemoteStore`` is composed of and names for each call).
 
 Remote failures become ``S3Error`` values: the remote's own S3 error passes through with its
 code and status (a missing key is ``NoSuchKey`` whoever says it); an unreachable remote, or one

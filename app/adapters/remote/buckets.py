@@ -1,4 +1,4 @@
-"""The remote's bucket operations and listings (a mixin of ``RemoteStore``)."""
+"""The remote's bucket operations and listings (a part of ``RemoteStore``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from app.domain.objects import (
 
 
 class BucketOps:
-    client: Any
+    def __init__(self, client: Any) -> None:
+        self.client = client
 
     # ---- buckets -----------------------------------------------------------------------------
     def list_buckets(self) -> list[BucketInfo]:

@@ -1,4 +1,4 @@
-"""The remote's multipart operations: the destage of a locally assembled upload (a mixin of
+"""The remote's multipart operations: the destage of a locally assembled upload (a part of
 ``RemoteStore``)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from app.domain.errors import S3Error
 
 
 class MultipartOps:
-    client: Any
+    def __init__(self, client: Any) -> None:
+        self.client = client
 
     # ---- multipart (destage of a locally assembled upload) -------------------------------------
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],

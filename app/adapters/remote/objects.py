@@ -1,12 +1,13 @@
-"""The remote's object operations, and its conditional-write probe (a mixin of ``RemoteStore``)."""
+"""The remote's object operations, and its conditional-write probe (a part of ``RemoteStore``)."""
 
 from __future__ import annotations
 
 import io
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
+from app.adapters.remote.buckets import BucketOps
 from app.adapters.remote.wire import (
     _CHECKSUM_PARAM,
     _meta_from_response,
@@ -34,12 +35,13 @@ def _an_object(meta: ObjectMeta, body: BinaryIO | None = None) -> ObjectMeta:
 
 
 class ObjectOps:
-    client: Any
-    lean: LeanGetter
-    _conditional: dict[str, bool]
+    """``buckets`` answers which is missing when a HEAD says 404 (a HEAD has no body to tell)."""
 
-    if TYPE_CHECKING:  # BucketOps's, in the RemoteStore composite: a HEAD 404 asks which is missing
-        def head_bucket(self, bucket: str) -> None: ...
+    def __init__(self, client: Any, lean: LeanGetter, buckets: BucketOps) -> None:
+        self.client = client
+        self.lean = lean
+        self.buckets = buckets
+        self._conditional: dict[str, bool] = {}  # bucket -> conditional writes honoured
 
     # ---- objects -----------------------------------------------------------------------------
     def head_object(self, bucket: str, key: str, if_none_match: str | None = None) -> ObjectMeta:
@@ -53,7 +55,7 @@ class ObjectOps:
         except S3Error as err:
             if err.code == "NoSuchKey":
                 # A HEAD 404 has no body to say which is missing: NoSuchBucket if the bucket is.
-                self.head_bucket(bucket)
+                self.buckets.head_bucket(bucket)
             raise
         return _an_object(_meta_from_response(key, resp))
 
