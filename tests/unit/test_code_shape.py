@@ -61,3 +61,39 @@ if __name__ == "__main__":
     print("largest functions:")
     for lines, where in function_sizes()[:10]:
         print(f"  {lines:4d}  {where}")
+
+
+# Composites still built of mixins (issue 27 composes them; the list may only shrink).
+MIXIN_COMPOSITES = {"app/services/gateway.py Gateway", "app/services/cache/readcache.py ReadCache"}
+_NOT_COUNTED = {"Protocol", "Exception", "BaseException", "Enum", "StrEnum", "IntEnum", "Generic"}
+
+
+def _base_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def classes_of_several_project_bases() -> set[str]:
+    """"path Class" of every class with two or more bases defined under app/ or workers/, not
+    counting Protocols, exceptions and enums (nor classes derived from them)."""
+    classes = [(path, node) for path in _modules() for node in ast.walk(ast.parse(path.read_text(), str(path)))
+               if isinstance(node, ast.ClassDef)]
+    bases = {node.name: {_base_name(b) for b in node.bases} for _, node in classes}
+    excluded = set(_NOT_COUNTED)
+    grew = True
+    while grew:  # a class derived from a Protocol, an exception or an enum is one too
+        before = len(excluded)
+        excluded |= {name for name, its in bases.items() if its & excluded}
+        grew = len(excluded) > before
+    project = set(bases) - excluded
+    return {f"{path.relative_to(ROOT)} {node.name}" for path, node in classes
+            if len({_base_name(b) for b in node.bases} & project) >= 2}
+
+
+def test_classes_are_composed_not_mixed_in() -> None:
+    """No class under app/ has two or more project base classes (Protocols, exceptions and enums
+    aside): a service is built of parts it holds, each named for what it does."""
+    assert classes_of_several_project_bases() == MIXIN_COMPOSITES

@@ -58,7 +58,8 @@ def _destage_of_key(bucket: str, key: str, now: float, grace: float) -> ColumnEl
 class RemoteOpenings:
     """The ``remote_opener`` columns of ``multipart_uploads``; see the module docstring."""
 
-    engine: Engine
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
     def open_remote_upload(self, upload_id: str, token: str, lease_seconds: float,
                            grace: float = 0.0) -> tuple[Opening, str | None]:

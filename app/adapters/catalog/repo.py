@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.catalog.engine import affected
 from app.adapters.catalog.key_claims import KeyClaims
-from app.adapters.catalog.remote_opening import RemoteOpenings
+from app.adapters.catalog.remote_opening import Opening, RemoteOpenings
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant, table
+from app.domain.conditions import PreviousWrite
 from app.domain.objects import PartInfo, UploadInfo
 from app.domain.states import UPLOAD_ALLOWED, IllegalTransition, UploadState, check_move
 from app.domain.uploads import ClaimLost, CompletedUpload, PartSource, UploadClaim, UploadNotOpen
@@ -71,14 +72,48 @@ def _aware(when: datetime) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-class Catalog(KeyClaims, RemoteOpenings):
-    """Uploads, parts, access keys; the per-key claims of conditional writes (``KeyClaims``)."""
+class Catalog:
+    """Uploads, parts, access keys. Two parts it is composed of keep their own rows and answer
+    through it: the per-key claims of conditional writes (``claims``, key_claims.py) and the
+    opening of a multipart upload's remote upload (``openings``, remote_opening.py)."""
 
     def __init__(self, engine: Engine, node_id: str | None = None) -> None:
         self.engine = engine
         self.node_id = node_id  # recorded on uploads and parts: whose data directory holds them
         self.sessions = sessionmaker(engine, expire_on_commit=False)
         self._secrets: dict[str, tuple[float, str | None, int | None]] = {}
+        self.claims = KeyClaims(engine, node_id)
+        self.openings = RemoteOpenings(engine)
+
+    # ---- the parts: key claims, remote openings ------------------------------------------------
+    def claim_key(self, bucket: str, key: str, token: str, lease_seconds: float) -> PreviousWrite | None:
+        return self.claims.claim_key(bucket, key, token, lease_seconds)
+
+    def release_key(self, bucket: str, key: str, token: str, *, invocation: str | None = None,
+                    etag: str | None = None) -> None:
+        self.claims.release_key(bucket, key, token, invocation=invocation, etag=etag)
+
+    def forget_key_claims(self, done_before: float) -> int:
+        return self.claims.forget_key_claims(done_before)
+
+    def release_key_claims_of_node(self) -> int:
+        return self.claims.release_key_claims_of_node()
+
+    def open_remote_upload(self, upload_id: str, token: str, lease_seconds: float,
+                           grace: float = 0.0) -> tuple[Opening, str | None]:
+        return self.openings.open_remote_upload(upload_id, token, lease_seconds, grace)
+
+    def opened_remote_upload(self, upload_id: str, token: str, remote_upload_id: str) -> bool:
+        return self.openings.opened_remote_upload(upload_id, token, remote_upload_id)
+
+    def drop_remote_opener(self, upload_id: str, token: str) -> None:
+        self.openings.drop_remote_opener(upload_id, token)
+
+    def settled_remote_upload(self, upload_id: str) -> tuple[bool, str | None]:
+        return self.openings.settled_remote_upload(upload_id)
+
+    def take_remote_upload(self, upload_id: str) -> str | None:
+        return self.openings.take_remote_upload(upload_id)
 
     # ---- tenants and keys --------------------------------------------------------------------
     def ensure_tenant_key(self, tenant_name: str, access_key: str, secret_key: str) -> int:
