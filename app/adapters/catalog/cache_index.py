@@ -162,6 +162,11 @@ class CacheIndex:
         # A buffered write of the key is newer than anything the remote can have answered.
         self._dirty_write = (select(V.c.seq).where(V.c.bucket == bindparam("b"), V.c.key == bindparam("k"),
                                                    V.c.state.in_([s.value for s in DIRTY])).limit(1))
+        # Both of put_ready's checks in one round trip.
+        self._raced = select(or_(self._written_since.scalar_subquery() > 0, self._dirty_write.exists()))
+        # PostgreSQL: put_ready's relaxed commit and the key's lock in one round trip.
+        self._relax_and_lock = text("SELECT set_config('synchronous_commit', 'off', true), "
+                                    "pg_advisory_xact_lock(:space, :id)")
         self._delete_own = delete(T).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
                                            T.c.key == bindparam("k"))
         self._insert = insert(T)
@@ -169,11 +174,12 @@ class CacheIndex:
                            .values(cached_bytes=T.c.cached_bytes + bindparam("nbytes")))
 
     @contextlib.contextmanager
-    def _begin(self) -> Iterator[Connection]:
+    def _begin(self, *, relaxed: bool = True) -> Iterator[Connection]:
+        """A writing transaction. Cache rows describe clean copies of remote data: a commit lost
+        in a crash costs a refetch, never a write, so on PostgreSQL it need not wait for the WAL
+        flush (``relaxed=False``: the caller relaxes it itself, in its first statement)."""
         with self._write_lock, self.engine.begin() as conn:
-            if self._relaxed_commit:
-                # Cache rows describe clean copies of remote data: a commit lost in a crash costs
-                # a refetch, never a write, so it need not wait for the WAL flush.
+            if self._relaxed_commit and relaxed:
                 conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
             yield conn
 
@@ -214,11 +220,14 @@ class CacheIndex:
                   "cached_bytes": cached_bytes, "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
         for _ in range(3):
             try:
-                with self._begin() as conn:
-                    lock_key_entries(conn, bucket, meta.key)
+                with self._begin(relaxed=False) as conn:
+                    if self._relaxed_commit:  # lock_key_entries's lock, with the relaxed commit
+                        conn.execute(self._relax_and_lock, {"space": _CACHE_LOCK_SPACE,
+                                                            "id": key_lock_id(bucket, meta.key)})
+                    else:
+                        lock_key_entries(conn, bucket, meta.key)
                     conn.execute(self._delete_own, {"n": self.node_id, "b": bucket, "k": meta.key})
-                    if conn.execute(self._written_since, {"b": bucket, "k": meta.key, "since": started}).scalar() or \
-                            conn.execute(self._dirty_write, {"b": bucket, "k": meta.key}).first() is not None:
+                    if conn.execute(self._raced, {"b": bucket, "k": meta.key, "since": started}).scalar():
                         raise _Refused  # rolls the delete back: the previous row stays as it was
                     try:
                         inserted = conn.execute(self._insert, values).inserted_primary_key

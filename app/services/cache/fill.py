@@ -1,7 +1,8 @@
 """The block fill: one block fetched into the cache, readable while it fills (the tee of a miss).
 
 The fetch runs in a worker thread as named steps, **fetch -> verify -> account -> publish**
-(``Filling._run_fill``); any failure rolls back (the file is discarded, bytes counted are taken
+(``Filling._run_fill``; a one-block object's discovery publishes, then writes its row, one
+transaction and no read after, see ``_fill_publish_and_record``); any failure rolls back (the file is discarded, bytes counted are taken
 back, a changed object's entry is invalidated) and the release always runs (the discovery, the
 response and the block's lock). The fetch appends to a file in ``cache/tmp``; readers in the same
 process follow it with their own descriptor (``Fill.follow``: ``pread``, or ranges of it the
@@ -230,7 +231,9 @@ class Filling(CacheBase):
         try:
             self._fill_fetch(job)
             self._fill_verify(job)
-            if job.keep and self._fill_account(job):
+            if job.keep and job.single:
+                self._fill_publish_and_record(job)
+            elif job.keep and self._fill_account(job):
                 self._fill_publish(job)
             else:
                 self.store.discard(job.fill.file)
@@ -281,18 +284,31 @@ class Filling(CacheBase):
                           "checksum; nothing was cached.")
 
     def _fill_account(self, job: FillJob) -> bool:
-        """Step 3: add the block's bytes to its entry's row (or write the row with them) before
-        the block becomes visible: a crash in between leaves a row that over-counts (corrected
-        when it is evicted), never a file no row accounts for. False: the entry was evicted,
-        replaced or never written while this block was in flight."""
-        if job.single:
-            assert job.rec is not None, "a one-block fill carries its discovery's recording"
-            recorded = self._settle(job.rec, job.length, job.loop)
-            job.accounted = recorded.id if recorded is not None else None
-        else:
-            entry_id = row_id(job.entry)
-            job.accounted = entry_id if entry_id and self.index.add_bytes(entry_id, job.length) else None
+        """Step 3: add the block's bytes to its entry's row before the block becomes visible: a
+        crash in between leaves a row that over-counts (corrected when it is evicted), never a
+        file no row accounts for. False: the entry was evicted, replaced or never written while
+        this block was in flight."""
+        entry_id = row_id(job.entry)
+        job.accounted = entry_id if entry_id and self.index.add_bytes(entry_id, job.length) else None
         return job.accounted is not None
+
+    def _fill_publish_and_record(self, job: FillJob) -> None:
+        """Steps 3 and 4 of a one-block object's discovery: the block is renamed into place, then
+        its row is written with it, in one transaction and no read after (the fill's last byte
+        waits for both, so a GET that ended has cached the object). No row can name the block
+        before that transaction, so nothing can evict it in between; a write that raced the
+        discovery refuses the row, and the file goes. A crash in between leaves a file no row
+        accounts for, which the orphan sweep removes (it judges only files published more than
+        ORPHAN_GRACE_SECONDS before it starts)."""
+        assert job.rec is not None, "a one-block fill carries its discovery's recording"
+        self.store.publish(job.fill.file)
+        job.published = True
+        recorded = self._settle(job.rec, job.length, job.loop)
+        job.accounted = recorded.id if recorded is not None else None
+        if recorded is None:
+            self.store.delete(job.name)
+            return
+        metrics.remote_fetched(job.length)
 
     def _fill_publish(self, job: FillJob) -> None:
         """Step 4: rename the block into place, then read the row once more: a row evicted or
