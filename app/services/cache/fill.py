@@ -2,12 +2,13 @@
 
 The fetch runs in a worker thread as named steps, **fetch -> verify -> account -> publish**
 (``Filling._run_fill``; a one-block object's discovery publishes, then writes its row, one
-transaction and no read after, see ``_fill_publish_and_record``); any failure rolls back (the file is discarded, bytes counted are taken
-back, a changed object's entry is invalidated) and the release always runs (the discovery, the
-response and the block's lock). The fetch appends to a file in ``cache/tmp``; readers in the same
-process follow it with their own descriptor (``Fill.follow``: ``pread``, or ranges of it the
-server sends with ``sendfile``), so the first byte of a miss reaches the client as soon as it
-arrives, and every reader of the block shares one request.
+transaction and no read after, see ``_fill_publish_and_record``); any failure rolls back (the
+file is discarded, bytes counted are taken back, a changed object's entry is invalidated) and
+the release always runs (the discovery, the response and the block's lock). The fetch appends
+to a file in ``cache/tmp``; readers in the same process follow it with their own descriptor
+(``Fill.follow``: ``pread``, or ranges of it the server sends with ``sendfile``), so the first
+byte of a miss reaches the client as soon as it arrives, and every reader of the block shares
+one request.
 
 Where the bytes come from is one seam, ``BlockSource`` (app/services/ports.py): a discovery hands
 its own GET's body to the fill of the first block; every other fill asks ``self.source``
