@@ -13,6 +13,8 @@ from typing import Any
 
 import uvicorn
 
+from app.server import http_protocol
+
 
 def _socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -28,7 +30,9 @@ def _socket(host: str, port: int) -> socket.socket:
 class InternalListener:
     def __init__(self, app: Any, host: str, port: int) -> None:
         self.sock = _socket(host, port)  # at construction: a taken port stops the process's start
-        config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning", http="httptools",
+        # The S3 port's protocol: httptools with the header timeout and zerocopysend (block
+        # files sent by the kernel to the asking node).
+        config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning", http=http_protocol(True),
                                 timeout_keep_alive=30, server_header=False, timeout_graceful_shutdown=2)
         config.load()
         self.server = uvicorn.Server(config)

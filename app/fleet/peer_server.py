@@ -25,12 +25,14 @@ from urllib.parse import parse_qs
 from app import metrics
 from app.domain.errors import S3Error
 from app.domain.names import validate_bucket_name, validate_key
+from app.domain.objects import FileRange
 from app.domain.ranges import RangeRequest
 from app.fleet import auth
 from app.fleet.journal_server import JOURNAL_PATH, REPLICA_PATH, UNSIGNED, HeldWrites, accept_replica, serve_held
 from app.fleet.part_server import PART_PATH, HeldParts, drop_parts, serve_part
 from app.fleet.peer_client import SERVING_PEER
 from app.fleet.wire import BLOCK_PATH, META, PING_PATH, encode_meta
+from app.server.zerocopy import EXTENSION as ZEROCOPY
 from app.services.cache import ReadCache
 from app.services.policies import PolicyBook
 
@@ -74,7 +76,7 @@ class PeerServer:
         if scope["method"] == "GET" and path == PING_PATH:
             await _answer(send, 200, json.dumps({"node_id": self.node_id}).encode(), "application/json")
         elif scope["method"] == "GET" and path == BLOCK_PATH:
-            await self.block(query, headers, send)
+            await self.block(query, headers, send, zero_copy=ZEROCOPY in (scope.get("extensions") or {}))
         elif scope["method"] == "GET" and path == JOURNAL_PATH and self.writes is not None:
             await serve_held(self.writes, query, headers, send)
         elif path == PART_PATH and self.parts is not None and scope["method"] in ("GET", "DELETE"):
@@ -82,8 +84,10 @@ class PeerServer:
         else:
             await _answer(send, 404, b"no such internal path\n")
 
-    async def block(self, query: str, headers: dict[str, str], send: Send) -> None:
-        """Bytes of one block (the request's Range) from this node's cache, filling it if absent."""
+    async def block(self, query: str, headers: dict[str, str], send: Send, *, zero_copy: bool = False) -> None:
+        """Bytes of one block (the request's Range) from this node's cache, filling it if absent;
+        with ``zero_copy`` (the listener's server offers zerocopysend) block files are sent by
+        the kernel, as S3 hits are."""
         args = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
         bucket, key, rng = args.get("bucket", ""), args.get("key", ""), headers.get("range", "")
         tenant = args.get("tenant", "")
@@ -99,16 +103,17 @@ class PeerServer:
             return
         token = SERVING_PEER.set(True)  # fills started here read the remote, never another peer
         try:
-            await self._serve_block(bucket, key, RangeRequest.from_header(rng), headers.get("if-match"), tenant_id, send)
+            await self._serve_block(bucket, key, RangeRequest.from_header(rng), headers.get("if-match"), tenant_id, send,
+                                    zero_copy)
         finally:
             SERVING_PEER.reset(token)
 
     async def _serve_block(self, bucket: str, key: str, rng: RangeRequest, if_match: str | None,
-                           tenant_id: int | None, send: Send) -> None:
+                           tenant_id: int | None, send: Send, zero_copy: bool = False) -> None:
         policy = self.policies.for_key(bucket, key)
         try:
-            cached = await self.cache.read(bucket, key, rng, policy, tenant_id) if policy.caches \
-                else None
+            cached = await self.cache.read(bucket, key, rng, policy, tenant_id, file_ranges=zero_copy) \
+                if policy.caches else None
         except S3Error as err:
             await _answer(send, STATUS_OF.get(err.code, 503), err.code.encode())
             return
@@ -128,13 +133,19 @@ class PeerServer:
                 (b"etag", f'"{meta.etag}"'.encode()),
                 (META.encode(), encode_meta(meta).encode()),
             ]})
-            sent = 0
+            sent = zero_copied = 0
             async for chunk in stream:
-                # a memoryview of the block map goes to the socket as it is (no copy; httptools writes it)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if isinstance(chunk, FileRange):  # valid until the stream resumes: sent before that
+                    await send({"type": ZEROCOPY, "file": chunk.fd, "offset": chunk.offset, "count": chunk.length,
+                                "more_body": True})
+                    zero_copied += chunk.length
+                else:  # a memoryview of the block map goes to the socket as it is (no copy; httptools writes it)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 sent += len(chunk)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             metrics.fleet_served(206, sent)
+            if zero_copied:
+                metrics.zerocopy_sent(zero_copied)
         finally:
             if isinstance(stream, AsyncGenerator):
                 await stream.aclose()

@@ -8,6 +8,7 @@ import hashlib
 import os
 import threading
 import time
+import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 
 from app.domain.ownership import block_key, owner
 from app.fleet.wire import BLOCK_PATH, PING_PATH
+from tests.integration.test_zerocopy import zerocopy_bytes
 from tests.support.counting_proxy import CountingProxy
 from tests.support.databases import throwaway_database
 from tests.support.fleet import Fleet
@@ -121,6 +123,25 @@ def test_entries_a_node_fills_for_a_peer_belong_to_the_tenant_whose_read_caused_
     assert seen is not None and seen["default"] is not None, seen
     assert seen["rows"] == {n: seen["default"] for n in seen["rows"]}, \
         f"every node's entry is the reader's tenant's ({seen['default']}), got {seen['rows']}"
+
+
+def test_the_owner_sends_a_cached_block_to_a_peer_by_the_kernel(fleet: Fleet, fleet_bucket: str,
+                                                               seaweed: Any) -> None:
+    """The internal endpoint runs the S3 port's protocol: a block the owner holds goes to the
+    asking node by sendfile (counted in ferry_http_zerocopy_bytes_total), byte for byte."""
+    key, sha, data = _put(seaweed, fleet_bucket, BLOCK)
+    i = fleet.node_ids().index(owner(block_key(fleet_bucket, key, 0), fleet.node_ids()))
+    assert _sha(fleet.nodes[i].client(), fleet_bucket, key) == sha  # now in the owner's cache
+    query = urllib.parse.urlencode({"bucket": fleet_bucket, "key": key})
+    deadline = time.monotonic() + 10
+    while True:  # until the block is published (the fill's row and rename follow its last byte)
+        before = zerocopy_bytes(fleet.nodes[i])
+        status, body = fleet.internal_get(i, BLOCK_PATH, query, {"Range": f"bytes=0-{BLOCK - 1}"})
+        assert status == 206 and body == data
+        if zerocopy_bytes(fleet.nodes[i]) - before >= BLOCK:
+            break
+        assert time.monotonic() < deadline, "the owner never sent its cached block zero-copy"
+        time.sleep(0.2)
 
 
 def test_the_internal_endpoint_refuses_unsigned_wrongly_signed_and_stale_requests(fleet: Fleet) -> None:
