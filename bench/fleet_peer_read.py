@@ -81,8 +81,8 @@ def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
                     other = 1 - own
                     results[label]["miss"].append(_get_ms(clients[own], bucket, key))
                     results[label]["peer"].append(_get_ms(clients[other], bucket, key))
-                    # The peer read's answer ends before its copy is accounted and published (the
-                    # fill finishes them after the last byte): let it, so the next read is a hit.
+                    # The peer read's copy is accounted and published before its last byte; the
+                    # pause keeps the hit apart from that read's background chores.
                     time.sleep(0.2)
                     results[label]["hit"].append(_get_ms(clients[other], bucket, key))
     finally:
