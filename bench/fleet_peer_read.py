@@ -10,9 +10,12 @@ node that owns its block 0 (rendezvous hashing) and times whole-object GETs thro
 - ``miss``: the owner, cold (its fill fetches from the remote);
 - ``peer``: the other node, first read (its fill streams the block from the owner);
 - ``hit``: the other node again, 0.2 s later (its own copy: non-owners keep what they read,
-  docs/fleet.md; the pause lets the peer read's fill publish it).
+  docs/fleet.md).
 
-Prints medians in ms. Needs PostgreSQL at FERRY_TEST_DATABASE_URL's server (default 127.0.0.1).
+Prints medians in ms, and the CPU the two gateways spent on each GET (every thread of both node
+processes, from ``/proc/<pid>/task/*/schedstat``): on a small shared machine the latency of a
+peer read also waits for the cores the other processes hold; its CPU is what carries to a big
+node. Needs PostgreSQL at FERRY_TEST_DATABASE_URL's server (default 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -41,6 +44,37 @@ PRODUCTION_INTERVALS = {"FERRY_SWEEP_INTERVAL": "2", "FERRY_NODE_HEARTBEAT_SECON
 SIZES = {"4KiB": 4 * 1024, "256KiB": 256 * 1024, "4MiB": 4 * 1024 * 1024, "8MiB": 8 * 1024 * 1024}
 
 
+def _cpu_ns(pids: list[int]) -> int:
+    """CPU time, ns, of every thread of these processes and their children so far."""
+    total, todo, seen = 0, list(pids), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    return total
+
+
+def _timed(client: Any, bucket: str, key: str, pids: list[int]) -> tuple[float, float]:
+    """(ms, gateway CPU ms) of one whole-object GET."""
+    before = _cpu_ns(pids)
+    ms = _get_ms(client, bucket, key)
+    time.sleep(0.05)  # what the request left to its threads (the fill's last steps) is counted too
+    return ms, (_cpu_ns(pids) - before) / 1e6
+
+
 def _get_ms(client: Any, bucket: str, key: str) -> float:
     t0 = time.perf_counter()
     body = client.get_object(Bucket=bucket, Key=key)["Body"]
@@ -63,7 +97,8 @@ def _drop(name: str) -> None:
 
 def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
     name, url = _database()
-    results: dict[str, dict[str, list[float]]] = {s: {"miss": [], "peer": [], "hit": []} for s in SIZES}
+    results: dict[str, dict[str, list[float]]] = {s: {k: [] for k in ("miss", "peer", "hit", "miss cpu", "peer cpu",
+                                                                      "hit cpu")} for s in SIZES}
     work = Path(tempfile.mkdtemp(prefix="ferry-bench-fleet-"))  # the nodes' data dirs: removed at the end
     try:
         with SeaweedServer() as weed, CountingProxy(weed) as proxy, \
@@ -71,6 +106,7 @@ def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
             fleet.wait_live(2)
             bucket = weed.create_bucket(f"bench-{uuid.uuid4().hex[:8]}")
             clients = [n.client() for n in fleet.nodes]
+            pids = [n.proc.pid for n in fleet.nodes if n.proc is not None]
             proxy.delay = delay_ms / 1000
             for label, size in SIZES.items():
                 for _ in range(runs):
@@ -79,12 +115,13 @@ def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
                     first = owner(block_key(bucket, key, 0), fleet.node_ids())
                     own = fleet.node_ids().index(first)  # type: ignore[arg-type]
                     other = 1 - own
-                    results[label]["miss"].append(_get_ms(clients[own], bucket, key))
-                    results[label]["peer"].append(_get_ms(clients[other], bucket, key))
-                    # The peer read's copy is accounted and published before its last byte; the
-                    # pause keeps the hit apart from that read's background chores.
-                    time.sleep(0.2)
-                    results[label]["hit"].append(_get_ms(clients[other], bucket, key))
+                    for kind, node in (("miss", own), ("peer", other), ("hit", other)):
+                        ms, cpu = _timed(clients[node], bucket, key, pids)
+                        results[label][kind].append(ms)
+                        results[label][f"{kind} cpu"].append(cpu)
+                        # The peer read's copy is accounted and published before its last byte;
+                        # the pause keeps the next GET apart from its background chores.
+                        time.sleep(0.2)
     finally:
         _drop(name)
         shutil.rmtree(work, ignore_errors=True)
@@ -98,9 +135,10 @@ def main() -> None:
     args = parser.parse_args()
     medians = run(args.runs, args.remote_delay_ms)
     print(f"medians of {args.runs} whole-object GETs, ms (remote delay {args.remote_delay_ms} ms per request)")
-    print(f"{'size':>8} {'hit':>8} {'peer':>8} {'miss':>8}")
+    print(f"{'size':>8} {'hit':>8} {'peer':>8} {'miss':>8}   gateway CPU ms: {'hit':>6} {'peer':>6} {'miss':>6}")
     for label, m in medians.items():
-        print(f"{label:>8} {m['hit']:8.1f} {m['peer']:8.1f} {m['miss']:8.1f}")
+        print(f"{label:>8} {m['hit']:8.1f} {m['peer']:8.1f} {m['miss']:8.1f}   {'':15}{m['hit cpu']:6.1f} "
+              f"{m['peer cpu']:6.1f} {m['miss cpu']:6.1f}")
 
 
 if __name__ == "__main__":
