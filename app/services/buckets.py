@@ -44,7 +44,7 @@ class BucketsService(GatewayCore):
             await self._head_existing(bucket)
             fresh = False
         await self.tenancy.created(tenant_id, bucket, fresh=fresh)
-        self._known_buckets[bucket] = time.monotonic()
+        self.known_buckets.confirm(bucket)
 
     async def _create_on_remote(self, bucket: str, location: str | None) -> None:
         """The remote's CreateBucket. SeaweedFS answers NoSuchBucket to the losers of creates
@@ -74,13 +74,13 @@ class BucketsService(GatewayCore):
 
     async def head_bucket(self, bucket: str) -> None:
         await self._run(self.remote.head_bucket, bucket)
-        self._known_buckets[bucket] = time.monotonic()
+        self.known_buckets.confirm(bucket)
 
     async def delete_bucket(self, bucket: str) -> None:
         """S3's DeleteBucket: a bucket without objects is deleted with its multipart uploads in
         progress (each aborted as a client's Abort, with the remote upload its eager part copies
         started); any object, buffered or on the remote, is BucketNotEmpty and aborts nothing."""
-        self._known_buckets.pop(bucket, None)
+        self.known_buckets.forget(bucket)
         await self._settle_pending_deletes(bucket)
         uploads = await self._run(self.catalog.list_uploads, bucket, "", None, 100_000)
         if uploads:

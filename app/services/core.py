@@ -8,7 +8,6 @@ import contextlib
 import errno
 import functools
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,10 +22,9 @@ from app.domain.names import validate_key, validate_object_size
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
 from app.domain.ranges import WHOLE, RangeRequest
-from app.domain.versions import BlobRef, Replica, VersionRow
+from app.domain.versions import BlobRef, Replica
 from app.services.background import AckGate, BackgroundThreads
 from app.services.bodies import (
-    BUCKET_TRUST_SECONDS,
     INLINE_BODY,
     WRITE_CHUNK,
     BodyStream,
@@ -35,8 +33,7 @@ from app.services.bodies import (
     PayloadCheck,
     ReceivedBody,
 )
-from app.services.budget import CURRENT_TENANT, DiskReserve, Reservation, WriteBudget, slow_down
-from app.services.budget import NONE as NO_RESERVATION
+from app.services.budget import DiskReserve, WriteBudget, slow_down
 from app.services.cache import ReadCache
 from app.services.copy_admission import CopyAdmission
 from app.services.destage import Destager
@@ -45,6 +42,7 @@ from app.services.partcopies import PartCopies
 from app.services.policies import PolicyBook
 from app.services.ports import BlobPort, JournalPort, PeerVersions, RemotePort, StagedBody, UploadsPort
 from app.services.tenancy import Tenancy
+from app.services.write_admission import KnownBuckets, WriteAdmission
 from app.services.writemode import WriteBack, WriteMode, WriteThrough
 
 T = TypeVar("T")
@@ -102,32 +100,15 @@ class GatewayCore:
         self.acks = acks or AckGate(max_wait=0)
         self._ahead_threads = BackgroundThreads(part_concurrency, background_nice, name="ferry-ahead")
         self._copy_admission = CopyAdmission(self.acks, part_concurrency, copy_busy_limit, copy_backlog_bytes)
-        self.budget = budget or WriteBudget(buffer_bytes)  # bodies being received by this process
-        self.disk = disk  # the data directory's free space, when budgeted against it
+        # Before a write's body is read: its bucket exists, and the disk and buffer can hold it.
+        self.known_buckets = KnownBuckets(remote, journal, self._run)
+        self.admission = WriteAdmission(budget or WriteBudget(buffer_bytes), disk, journal, self._run)
         # Fleet mode: other nodes' buffered writes are read from them (None: every row is ours).
         self.peers = peers
         # Write-back bodies up to this size go into their journal row (0: never; see Journal.append_put).
         self.inline_max = inline_max
-        self._dirty_cached = 0  # the journal's dirty bytes as last read (see _dirty_bytes)
-        self._dirty_read_at = -1.0
-        self._known_buckets: dict[str, float] = {}  # bucket -> when the remote last confirmed it
-        self._buffered = WriteBack(self._check_bucket, self._reserve, self._submit)
-        self._through = WriteThrough(self._behind_backlog, self._destage_now)
-
-    async def _check_bucket(self, bucket: str) -> None:
-        """NoSuchBucket before accepting a write, without asking the remote on every request:
-        a bucket confirmed in the last minutes is trusted, so writes go on during an outage."""
-        confirmed = self._known_buckets.get(bucket)
-        if confirmed is not None and time.monotonic() - confirmed < BUCKET_TRUST_SECONDS:
-            return
-        try:
-            await self._run(self.remote.head_bucket, bucket)
-        except S3Error as err:
-            # Remote unreachable (e.g. just after a restart during an outage): a bucket the
-            # journal has written to before is known to exist, so writes go on.
-            if err.status < 500 or not await self._run(self.journal.has_bucket, bucket):
-                raise
-        self._known_buckets[bucket] = time.monotonic()
+        self._buffered = WriteBack(self.known_buckets, self.admission, executor)
+        self._through = WriteThrough(journal, destager, executor, self._run)
 
     @property
     def write_back(self) -> bool:
@@ -181,56 +162,12 @@ class GatewayCore:
             raise S3Error("InvalidDigest") from exc
         # Held like a write of this node until its row is durable: the disk's reserve and the
         # write buffer both apply (a full buffer refuses it; the origin tries another node).
-        reserved = await self._reserve(size)
+        reserved = await self.admission.reserve(size)
         try:
             received = await self.receive(body, ExpectedDigests(content_md5=md5_b64, declared_size=size), size)
         finally:
-            self._release(reserved)
+            self.admission.release(reserved)
         return await self._run(self.blobs.commit, received.staging)
-
-    def _submit(self, row: VersionRow) -> None:
-        self.executor.submit(row.seq)
-
-    async def _behind_backlog(self, bucket: str, key: str) -> bool:
-        """Whether a write in write-through (or bypass) mode must be journaled instead: the key
-        still has rows not on the remote, and a write sent around them would be overwritten (or
-        undone) by their destage, and reads would serve the older row meanwhile."""
-        return await self._run(self.journal.has_dirty, bucket, key)
-
-    async def _destage_now(self, row: VersionRow) -> None:
-        """A write-through write journaled behind a backlog: destage it before answering when it
-        can go now. The older rows are superseded by it; if one is still being uploaded, or the
-        remote fails, the row stays buffered (acknowledged) and the executor sends it later."""
-        try:
-            if await self._run(self.destager.destage, row.seq) == "durable":
-                return
-        except Exception:  # the row is committed: the write stands, the executor retries it
-            log.warning("inline destage of seq %s failed", row.seq, exc_info=True)
-        self._submit(row)
-
-    async def _reserve(self, size: int | None, write_back: bool = True) -> Reservation:
-        """Backpressure: refuse a write the disk, the buffer or the tenant's share of it cannot
-        hold, before reading its bytes. Release the answer with ``_release`` when the body ends."""
-        want = size or 0
-        if self.disk is not None and self.disk.spare() < self.budget.reserved + want:
-            raise slow_down("The data directory's disk is nearly full; retry later.")
-        if not write_back:
-            return NO_RESERVATION
-        dirty = await self._dirty_bytes()
-        return self.budget.admit(want, dirty, CURRENT_TENANT.get())
-
-    def _release(self, reservation: Reservation) -> None:
-        self.budget.release(reservation)
-
-    async def _dirty_bytes(self) -> int:
-        """The buffer's fill, re-read at most every 0.2 s: an aggregate over the journal costs
-        more than a small write itself, and this process's own bodies in flight are counted
-        exactly in ``budget.reserved``."""
-        now = time.monotonic()
-        if now - self._dirty_read_at > 0.2:
-            self._dirty_cached = await self._run(self.journal.dirty_bytes)
-            self._dirty_read_at = now
-        return self._dirty_cached
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Blocking work (boto3, disk, SQL) runs in threads, bounded by one limiter."""

@@ -56,7 +56,7 @@ class MultipartService(ConditionalWrites):
         self._check_key(bucket, key)
         self._check_content(bucket, content_headers)
         self._mode_for(bucket, key)  # a read-only mapping refuses the upload up front
-        await self._check_bucket(bucket)
+        await self.known_buckets.check(bucket)
         upload_id = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")
         headers: dict[str, object] = {"content": content_headers, "metadata": metadata}
         if checksum_type:
@@ -88,11 +88,11 @@ class MultipartService(ConditionalWrites):
         info, _ = await self._upload(bucket, key, upload_id)
         if info.checksum_algorithm:
             expected.algorithms.add(info.checksum_algorithm)
-        reserved = await self._reserve(expected.declared_size, self._mode_for(bucket, key).buffers)
+        reserved = await self.admission.reserve(expected.declared_size, self._mode_for(bucket, key).buffers)
         try:
             received = await self.receive(body, expected, MAX_PUT_SIZE)
         finally:
-            self._release(reserved)
+            self.admission.release(reserved)
         return await self._store_part(upload_id, number, received, bucket, key)
 
     async def _store_part(self, upload_id: str, number: int, received: ReceivedBody, bucket: str,
@@ -110,7 +110,7 @@ class MultipartService(ConditionalWrites):
             await self._run(self.blobs.delete, blob)
             raise
         self.blobs.settle(blob)  # a committed part row holds it: no longer crash garbage
-        self._dirty_cached += part.size
+        self.admission.added(part.size)
         if old:
             await self._run(self.blobs.delete, old)
         self._copy_part_ahead(bucket, key, upload_id, part, blob)

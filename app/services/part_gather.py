@@ -107,13 +107,13 @@ async def _pull(core: GatewayCore, upload_id: str, part: PartInfo, sources: list
             failures.append(err.message)
             continue
         try:
-            reserved = await core._reserve(part.size)  # the write buffer holds it from now on
+            reserved = await core.admission.reserve(part.size)  # the write buffer holds it from now on
             try:
                 received = await core.receive(StreamBody(body.chunks()),
                                               ExpectedDigests(content_md5=md5_b64, declared_size=part.size),
                                               part.size)
             finally:
-                core._release(reserved)
+                core.admission.release(reserved)
         except S3Error as err:
             if err.code == "SlowDown":
                 raise

@@ -12,13 +12,17 @@ goes through the journal (``journals``), and what happens to its committed row (
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
 from dataclasses import dataclass
 from typing import Protocol
 
 from app.domain.versions import VersionRow
 from app.services.budget import NONE as NO_RESERVATION
 from app.services.budget import Reservation
+from app.services.executor import Executor
+from app.services.write_admission import KnownBuckets, Run, WriteAdmission
+
+log = logging.getLogger("ferry.gateway")  # the inline destage logged there before
 
 # How long a Complete's claim holds before another Complete may take the upload over (the
 # claimer crashed). Write-through uploads the whole object under it, hence the longer lease.
@@ -40,29 +44,45 @@ class WriteMode(Protocol):
 
 @dataclass(frozen=True)
 class WriteBack:
-    check_bucket: Callable[[str], Awaitable[None]]
-    reserve_buffer: Callable[[int | None], Awaitable[Reservation]]
-    submit: Callable[[VersionRow], None]
+    """The bucket is known to exist (without a remote request each time), the body counts
+    against the write buffer, and the committed row goes to the executor."""
+
+    buckets: KnownBuckets
+    admission: WriteAdmission
+    executor: Executor
     buffers: bool = True
     claim_seconds: float = BUFFERED_CLAIM_SECONDS
 
     async def admit(self, bucket: str) -> None:
-        await self.check_bucket(bucket)
+        await self.buckets.check(bucket)
 
     async def reserve(self, size: int | None) -> Reservation:
-        return await self.reserve_buffer(size)
+        return await self.admission.reserve(size)
 
     async def journals(self, bucket: str, key: str) -> bool:
         return True
 
     async def hand_on(self, row: VersionRow) -> None:
-        self.submit(row)
+        self.executor.submit(row.seq)
+
+
+class Backlog(Protocol):
+    def has_dirty(self, bucket: str, key: str) -> bool: ...
+
+
+class InlineDestage(Protocol):
+    def destage(self, seq: int) -> str: ...
 
 
 @dataclass(frozen=True)
 class WriteThrough:
-    behind_backlog: Callable[[str, str], Awaitable[bool]]
-    destage_now: Callable[[VersionRow], Awaitable[None]]
+    """The remote answers for the bucket and nothing is reserved; a write is journaled only
+    behind a backlog of its key, and then destaged before the answer when it can go now."""
+
+    journal: Backlog
+    destager: InlineDestage
+    executor: Executor
+    run: Run
     buffers: bool = False
     claim_seconds: float = THROUGH_CLAIM_SECONDS
 
@@ -73,7 +93,18 @@ class WriteThrough:
         return NO_RESERVATION
 
     async def journals(self, bucket: str, key: str) -> bool:
-        return await self.behind_backlog(bucket, key)
+        """Whether this write must be journaled instead: the key still has rows not on the
+        remote, and a write sent around them would be overwritten (or undone) by their destage,
+        and reads would serve the older row meanwhile."""
+        return bool(await self.run(self.journal.has_dirty, bucket, key))
 
     async def hand_on(self, row: VersionRow) -> None:
-        await self.destage_now(row)
+        """A write journaled behind a backlog: destaged before answering when it can go now. The
+        older rows are superseded by it; if one is still being uploaded, or the remote fails,
+        the row stays buffered (acknowledged) and the executor sends it later."""
+        try:
+            if await self.run(self.destager.destage, row.seq) == "durable":
+                return
+        except Exception:  # the row is committed: the write stands, the executor retries it
+            log.warning("inline destage of seq %s failed", row.seq, exc_info=True)
+        self.executor.submit(row.seq)

@@ -70,7 +70,7 @@ class WritesService(ConditionalWrites):
         try:
             received = await self.receive(body, expected, MAX_PUT_SIZE)
         finally:
-            self._release(reserved)
+            self.admission.release(reserved)
         try:
             self._check_size(bucket, key, received.staging.size)
             async with self._conditional(bucket, key, conditions, mode.claim_seconds,
@@ -138,7 +138,7 @@ class WritesService(ConditionalWrites):
             row = await self._run(commit, piece, replica)
         else:
             row = await self._run(commit, None, None)
-        self._dirty_cached += row.size  # until the next re-read, count what this process added
+        self.admission.added(row.size)  # until the next re-read, count what this process added
         return row
 
     def _inlines(self, bucket: str, key: str, received: ReceivedBody) -> bool:
@@ -212,12 +212,12 @@ class WritesService(ConditionalWrites):
         A server-side copy on the remote could land before an older buffered write of the same
         key is destaged, which would then overwrite it; so the copy is staged locally instead.
         """
-        reserved = await self._reserve(source.size)
+        reserved = await self.admission.reserve(source.size)
         try:
             read = await self.get_object(src_bucket, src_key)
             received = await self.receive(StreamBody(read.stream), ExpectedDigests(declared_size=source.size), MAX_PUT_SIZE)
         finally:
-            self._release(reserved)
+            self.admission.release(reserved)
         if "-" not in source.etag and received.digests.md5_hex() != source.etag:
             await self._run(self.blobs.discard, received.staging)
             raise S3Error("InternalError", "the copy source changed while it was read")

@@ -249,8 +249,8 @@ def test_copies_held_for_other_nodes_count_in_the_holders_write_buffer(tmp_path:
         await a.put("b", "k", b"x" * 1000)
         assert a.journal.dirty_bytes() == 1000
         assert b.journal.dirty_bytes() == 1000, "b holds a copy of the buffered write"
-        b.gateway.budget = WriteBudget(1500)
-        b.gateway._dirty_read_at = 0.0  # re-read the buffer's fill now
+        b.gateway.admission.budget = WriteBudget(1500)
+        b.gateway.admission.dirty_read_at = 0.0  # re-read the buffer's fill now
         with pytest.raises(S3Error) as err:
             await a.put("b", "k2", b"y" * 1000)
         assert err.value.code == "SlowDown"
