@@ -68,3 +68,25 @@ class Replica:
 
     node_id: str
     blobs: list[BlobRef]
+
+
+@dataclass(frozen=True, slots=True)
+class VersionDraft:
+    """A PUT's version as a write service hands it to the journal: what the row records, as one
+    value (``Journal.append_put``); what commits with it (an upload's claim, a replica) is named
+    beside it, and every append invalidates the key's cached copies in the same commit.
+    ``inline``: the body itself, kept in the row (its one piece is ``INLINE_BLOB``)."""
+
+    bucket: str
+    key: str
+    size: int
+    etag: str
+    blobs: list[BlobRef]
+    content_headers: dict[str, str]
+    metadata: dict[str, str]
+    checksums: dict[str, str]
+    tenant_id: int | None
+    multipart: bool = False
+    checksum_algorithm: str | None = None
+    remote_upload_id: str | None = None  # parts already copied to this remote upload
+    inline: bytes | None = None

@@ -25,7 +25,7 @@ from app.domain.profiles import RemoteProfile
 from app.domain.ranges import WHOLE, RangeRequest
 from app.domain.states import UploadState
 from app.domain.uploads import ClaimLost, CompletedUpload, PartSource, UploadClaim, UploadNotOpen
-from app.domain.versions import BlobRef
+from app.domain.versions import BlobRef, VersionDraft
 from app.services import part_gather
 from app.services.bodies import (
     CLAIM_POLL_SECONDS,
@@ -287,12 +287,9 @@ class MultipartService(ConditionalWrites):
             replica = await self._replicate(bucket, key, pieces)
             unused = sorted(gathered.here - {p.blob for p in pieces})  # parts uploaded, not completed
             self.blobs.intend_drop(unused)
-            row = await self._run(functools.partial(
-                self.journal.append_put, bucket, key, size, etag, pieces, multipart=True,
-                content_headers=content, metadata=metadata,
-                checksums=checksums,
-                checksum_algorithm=info.checksum_algorithm, tenant_id=info.tenant_id, complete_upload=claim,
-                remote_upload_id=remote_id, invalidate_cache=True, replica=replica))
+            draft = VersionDraft(bucket, key, size, etag, pieces, content, metadata, checksums, info.tenant_id,
+                                 multipart=True, checksum_algorithm=info.checksum_algorithm, remote_upload_id=remote_id)
+            row = await self._run(functools.partial(self.journal.append_put, draft, completes=claim, replica=replica))
             part_gather.settle_pulled(self, gathered)
             for blob in unused:
                 await self._run(self.blobs.delete, blob)

@@ -21,7 +21,7 @@ from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes,
 from app.domain.profiles import RemoteProfile
 from app.domain.routing import RouteStamp
 from app.domain.uploads import CompletedUpload, PartSource, UploadClaim
-from app.domain.versions import BlobRef, Replica, VersionRow
+from app.domain.versions import BlobRef, Replica, VersionDraft, VersionRow
 
 
 class RemoteBuckets(Protocol):
@@ -89,12 +89,8 @@ class RoutedRemote(Protocol):
 class JournalWrites(Protocol):
     """Appending acknowledged writes and reading what is not yet durable."""
 
-    def append_put(self, bucket: str, key: str, size: int, etag: str, blobs: list[BlobRef], *,
-                   multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
-                   checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
-                   complete_upload: UploadClaim | None = None, remote_upload_id: str | None = None,
-                   invalidate_cache: bool = False, replica: Replica | None = None,
-                   inline: bytes | None = None) -> VersionRow: ...
+    def append_put(self, draft: VersionDraft, *, completes: UploadClaim | None = None,
+                   replica: Replica | None = None) -> VersionRow: ...
     def inline_body(self, seq: int) -> bytes | None: ...
     def append_delete(self, bucket: str, key: str, tenant_id: int | None, *,
                       invalidate_cache: bool = False) -> VersionRow: ...

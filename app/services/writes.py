@@ -12,7 +12,7 @@ from app.domain.objects import (
     ObjectMeta,
 )
 from app.domain.states import VersionState
-from app.domain.versions import INLINE_BLOB, BlobRef, Replica, VersionRow
+from app.domain.versions import INLINE_BLOB, BlobRef, Replica, VersionDraft, VersionRow
 from app.services.bodies import (
     MAX_PUT_SIZE,
     BodyStream,
@@ -116,10 +116,9 @@ class WritesService(ConditionalWrites):
             """One thread hop for both fsyncs (body, then journal) when nothing is replicated."""
             piece = piece or BlobRef(self.blobs.commit(received.staging), size, md5, received.checksums)
             try:
-                row = journal.append_put(
-                    bucket, key, piece.size, piece.etag, [piece], multipart=False, content_headers=content_headers,
-                    metadata=metadata, checksums=received.checksums, checksum_algorithm=None, tenant_id=tenant_id,
-                    invalidate_cache=True, replica=replica)
+                row = journal.append_put(VersionDraft(
+                    bucket, key, piece.size, piece.etag, [piece], content_headers, metadata, received.checksums,
+                    tenant_id), replica=replica)
             except BaseException:
                 self.blobs.delete(piece.blob)
                 raise
@@ -154,10 +153,9 @@ class WritesService(ConditionalWrites):
         assert received.data is not None
         piece = BlobRef(INLINE_BLOB, len(received.data), received.digests.md5_hex(), received.checksums)
         try:
-            return self.journal.append_put(
-                bucket, key, piece.size, piece.etag, [piece], multipart=False, content_headers=content_headers,
-                metadata=metadata, checksums=received.checksums, checksum_algorithm=None, tenant_id=tenant_id,
-                invalidate_cache=True, inline=received.data)
+            return self.journal.append_put(VersionDraft(
+                bucket, key, piece.size, piece.etag, [piece], content_headers, metadata, received.checksums,
+                tenant_id, inline=received.data))
         finally:
             self.blobs.discard(received.staging)
 

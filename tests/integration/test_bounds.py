@@ -175,9 +175,9 @@ def _put(journal: Any, bucket: str, key: str, state: str, age_days: float) -> in
     from sqlalchemy import update
 
     from app.adapters.catalog.tables import ObjectVersion
+    from app.domain.versions import VersionDraft
 
-    row = journal.append_put(bucket, key, 1, "e" * 32, [], multipart=False, content_headers={}, metadata={},
-                             checksums={}, checksum_algorithm=None, tenant_id=None)
+    row = journal.append_put(VersionDraft(bucket, key, 1, "e" * 32, [], {}, {}, {}, None))
     when = datetime.now(UTC) - timedelta(days=age_days)
     with journal.sessions.begin() as s:
         s.execute(update(ObjectVersion).where(ObjectVersion.seq == row.seq).values(

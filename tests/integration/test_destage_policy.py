@@ -14,6 +14,7 @@ from app.adapters.catalog.journal import BlobRef, Journal
 from app.adapters.catalog.migrate import upgrade
 from app.domain.errors import S3Error
 from app.domain.states import VersionState
+from app.domain.versions import VersionDraft
 from app.services.destage import Destager
 
 
@@ -49,8 +50,7 @@ def test_outages_do_not_use_up_attempts(tmp_path: Path, code: str, final: Versio
     blob = store.commit(staging)
     store.settle(blob)
     etag = hashlib.md5(b"payload").hexdigest()
-    row = journal.append_put("b", "k", 7, etag, [BlobRef(blob, 7, etag)], multipart=False, content_headers={},
-                             metadata={}, checksums={}, checksum_algorithm=None, tenant_id=None)
+    row = journal.append_put(VersionDraft("b", "k", 7, etag, [BlobRef(blob, 7, etag)], {}, {}, {}, None))
     remote = RefusingRemote(code)
     destager = Destager(journal, store, remote, max_attempts=2, backoff_base=0.001,  # type: ignore[arg-type]
                         backoff_cap=0.001)

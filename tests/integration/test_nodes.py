@@ -15,6 +15,7 @@ from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.migrate import upgrade
 from app.bootstrap import make_executor
 from app.config import Settings
+from app.domain.versions import VersionDraft
 from app.services.executor import EmbeddedExecutor
 from tests.support.gateway import FERRY, GatewayProcess, free_port
 from tests.support.procs import run_bounded
@@ -23,8 +24,7 @@ pytestmark = pytest.mark.fleet
 
 
 def _buffer_row(journal: Journal, key: str) -> int:
-    row = journal.append_put("bkt", key, 0, "d41d8cd98f00b204e9800998ecf8427e", [], multipart=False,
-                             content_headers={}, metadata={}, checksums={}, checksum_algorithm=None, tenant_id=None)
+    row = journal.append_put(VersionDraft("bkt", key, 0, "d41d8cd98f00b204e9800998ecf8427e", [], {}, {}, {}, None))
     return int(row.seq)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ResponseStreamingError
 
+from app.domain.versions import VersionDraft
 from tests.support.counting_proxy import CountingProxy
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
 from tests.support.seaweed import SeaweedServer
@@ -275,9 +276,8 @@ def _journal_put(journal: Any, store: Any, bucket: str, key: str, data: bytes) -
     staging.write(data)
     blob = store.commit(staging)
     store.settle(blob)
-    return journal.append_put(bucket, key, len(data), md5(data), [BlobRef(blob, len(data), md5(data))],
-                              multipart=False, content_headers={}, metadata={}, checksums={},
-                              checksum_algorithm=None, tenant_id=None, invalidate_cache=True)
+    return journal.append_put(VersionDraft(bucket, key, len(data), md5(data), [BlobRef(blob, len(data), md5(data))],
+                                           {}, {}, {}, None))
 
 
 def _remote_store(seaweed: SeaweedServer) -> Any:

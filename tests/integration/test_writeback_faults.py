@@ -34,6 +34,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
+from app.domain.versions import VersionDraft
 from tests.support.celery_worker import CeleryWorker
 from tests.support.gateway import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, GatewayProcess
 from tests.support.seaweed import SeaweedServer
@@ -820,8 +821,8 @@ def test_a_destage_that_lost_its_lease_commits_nothing(tmp_path: Path, multipart
         store.settle(blob)
         refs.append(BlobRef(blob, len(data), hashlib.md5(data).hexdigest()))
     etag = multipart_etag(pieces).strip('"') if multipart else refs[0].etag
-    row = journal.append_put("b", "k", sum(map(len, pieces)), etag, refs, multipart=multipart, content_headers={},
-                             metadata={}, checksums={}, checksum_algorithm=None, tenant_id=None)
+    row = journal.append_put(VersionDraft("b", "k", sum(map(len, pieces)), etag, refs, {}, {}, {}, None,
+                                          multipart=multipart))
     remote = StallingRemote()
     remote.pieces = pieces
     stalled = Destager(journal, store, remote, lease_seconds=1.5)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal import BlobRef, Journal
 from app.adapters.catalog.migrate import upgrade
 from app.domain.states import VersionState
+from app.domain.versions import VersionDraft
 from app.services.background import AckGate, BackgroundThreads
 
 
@@ -121,9 +122,7 @@ def test_bookkeeping_commits_use_their_own_engine(tmp_path: Path) -> None:
     engine, relaxed = make_engine(url), make_engine(url, synchronous="NORMAL")
     try:
         journal = Journal(engine, "node-a", bookkeeping=relaxed)
-        row = journal.append_put("b", "k", 1, "e", [BlobRef("0" * 32, 1, "e")], multipart=False,
-                                 content_headers={}, metadata={}, checksums={}, checksum_algorithm=None,
-                                 tenant_id=None)
+        row = journal.append_put(VersionDraft("b", "k", 1, "e", [BlobRef("0" * 32, 1, "e")], {}, {}, {}, None))
         claimed = journal.claim(row.seq, 60.0)
         assert claimed is not None and claimed.state is VersionState.DESTAGING
         assert journal.renew(claimed, 60.0)

@@ -16,6 +16,7 @@ from app.adapters.catalog.journal_moves import move_rows
 from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.tables import ObjectVersion
 from app.domain.states import ALLOWED, TERMINAL, IllegalTransition, VersionState
+from app.domain.versions import VersionDraft
 
 PAIRS = list(itertools.product(VersionState, VersionState))
 
@@ -30,8 +31,7 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 
 
 def _row_in(journal: Journal, state: VersionState, key: str = "k") -> int:
-    row = journal.append_put("b", key, 1, "e", [BlobRef("0" * 32, 1, "e")], multipart=False, content_headers={},
-                             metadata={}, checksums={}, checksum_algorithm=None, tenant_id=None)
+    row = journal.append_put(VersionDraft("b", key, 1, "e", [BlobRef("0" * 32, 1, "e")], {}, {}, {}, None))
     with journal.sessions.begin() as s:  # test setup: place the row in the state under test
         s.execute(update(ObjectVersion).where(ObjectVersion.seq == row.seq).values(state=state.value))
     return row.seq

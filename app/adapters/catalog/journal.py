@@ -25,7 +25,7 @@ from app.adapters.catalog.journal_destage import DestageMoves
 from app.adapters.catalog.repo import UploadClaim, finish_upload
 from app.adapters.catalog.tables import JournalReplica, MultipartPart, ObjectVersion, table
 from app.domain.states import DIRTY, TERMINAL, VersionState
-from app.domain.versions import BlobRef, Replica, VersionRow
+from app.domain.versions import BlobRef, Replica, VersionDraft, VersionRow
 
 DIRTY_VALUES = tuple(s.value for s in DIRTY)
 
@@ -76,32 +76,28 @@ class Journal(DestageMoves):
                                              t.c.state.in_(DIRTY_VALUES)).limit(1))
 
     # ---- appending (the acknowledgement point) -------------------------------------------------
-    def append_put(self, bucket: str, key: str, size: int, etag: str, blobs: list[BlobRef], *,
-                   multipart: bool, content_headers: dict[str, str], metadata: dict[str, str],
-                   checksums: dict[str, str], checksum_algorithm: str | None, tenant_id: int | None,
-                   complete_upload: UploadClaim | None = None, remote_upload_id: str | None = None,
-                   invalidate_cache: bool = False, replica: Replica | None = None,
-                   inline: bytes | None = None) -> VersionRow:
-        """Insert a buffered PUT. With ``inline`` the body is stored in the row (its one piece is
-        ``INLINE_BLOB``): this commit is then the write's only fsync. With ``complete_upload`` the
-        same commit turns the claimed upload into its kept result and drops its part rows, or
-        nothing commits (ClaimLost): one upload never yields two rows sharing its part blobs.
-        With ``replica`` the record of a second node's copy commits with the row: a replicated
-        write never exists without its copy."""
+    def append_put(self, draft: VersionDraft, *, completes: UploadClaim | None = None,
+                   replica: Replica | None = None) -> VersionRow:
+        """Insert a buffered PUT, and in the same commit invalidate the key's cached copies (of
+        the old version). With ``draft.inline`` the body is stored in the row: this commit is then
+        the write's only fsync. With ``completes`` the same commit turns the claimed upload into
+        its kept result and drops its part rows, or nothing commits (ClaimLost): one upload never
+        yields two rows sharing its part blobs. With ``replica`` the record of a second node's
+        copy commits with the row: a replicated write never exists without its copy."""
+        d = draft
         row = ObjectVersion(
-            bucket=bucket, key=key, op="put", state=VersionState.BUFFERED.value, generation=0, size=size,
-            etag=etag, blobs_json=json.dumps([b.as_json() for b in blobs]), remote_upload_id=remote_upload_id,
-            multipart=multipart, headers_json=json.dumps({"content": content_headers, "metadata": metadata}),
-            checksums_json=json.dumps(checksums), checksum_algorithm=checksum_algorithm, node_id=self.node_id,
-            tenant_id=tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,
-            inline_body=inline,
+            bucket=d.bucket, key=d.key, op="put", state=VersionState.BUFFERED.value, generation=0, size=d.size,
+            etag=d.etag, blobs_json=json.dumps([b.as_json() for b in d.blobs]), remote_upload_id=d.remote_upload_id,
+            multipart=d.multipart, headers_json=json.dumps({"content": d.content_headers, "metadata": d.metadata}),
+            checksums_json=json.dumps(d.checksums), checksum_algorithm=d.checksum_algorithm, node_id=self.node_id,
+            tenant_id=d.tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,
+            inline_body=d.inline,
         )
         with self.sessions.begin() as s:
             s.add(row)
-            if complete_upload is not None:
-                finish_upload(s.connection(), complete_upload)
-            if invalidate_cache:  # cached copies of the old version die in the same commit
-                invalidate_key(s.connection(), bucket, key)
+            if completes is not None:
+                finish_upload(s.connection(), completes)
+            invalidate_key(s.connection(), d.bucket, d.key)
             s.flush()
             if replica is not None:
                 s.add(JournalReplica(seq=row.seq, node_id=replica.node_id, created_at=time.time(),
