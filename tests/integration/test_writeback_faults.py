@@ -360,6 +360,23 @@ def test_kill9_gateway_during_concurrent_multipart_uploads(make_node: Callable[.
 # ------------------------------------------------------------------------------------ 2. kill -9 mid-destage
 
 
+def _kill_mid_destage(node: Node, mode: Mode, seaweed: SeaweedServer, bucket: str, key: str,
+                      started: Callable[[], bool] = lambda: True) -> str:
+    """With the remote paused and the key's row destaging: resume the remote, let bytes flow
+    (once ``started`` says so), kill -9 the process that destages; the row's state at the kill."""
+    wait_for(lambda: versions(node.gw, bucket, key)[0]["state"] == "destaging", 30, "the row to be destaging")
+    seaweed.resume()
+    wait_for(started, 30, "the destage's first request")
+    time.sleep(0.3)  # bytes are flowing to the remote now
+    state = str(versions(node.gw, bucket, key)[0]["state"])
+    if mode.fleet:
+        assert node.worker is not None
+        node.worker.kill()
+    else:
+        node.gw.kill()
+    return state
+
+
 @pytest.mark.parametrize("mode", MODES, indirect=True)
 def test_kill9_worker_mid_destage(make_node: Callable[..., Node], mode: Mode, bucket: str,
                                   seaweed: SeaweedServer) -> None:
@@ -373,15 +390,7 @@ def test_kill9_worker_mid_destage(make_node: Callable[..., Node], mode: Mode, bu
     try:
         etag = client.put_object(Bucket=bucket, Key=key, Body=body)["ETag"]
         assert etag == md5_etag(body)
-        wait_for(lambda: versions(node.gw, bucket, key)[0]["state"] == "destaging", 30, "the row to be destaging")
-        seaweed.resume()
-        time.sleep(0.3)  # bytes are flowing to the remote now
-        state = versions(node.gw, bucket, key)[0]["state"]
-        if mode.fleet:
-            assert node.worker is not None
-            node.worker.kill()
-        else:
-            node.gw.kill()
+        state = _kill_mid_destage(node, mode, seaweed, bucket, key)
     finally:
         seaweed.resume()
     print(f"killed while the row was {state}")
@@ -420,17 +429,8 @@ def test_kill9_mid_multipart_destage_resumes_its_remote_upload(make_node: Callab
     try:
         etag = client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
                                                 MultipartUpload={"Parts": parts})["ETag"]
-        wait_for(lambda: versions(node.gw, bucket, key)[0]["state"] == "destaging", 30, "the row to be destaging")
-        seaweed.resume()
-        wait_for(lambda: remote.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads"), 30,
-                 "the destage's remote upload")
-        time.sleep(0.3)  # parts are flowing to the remote now
-        state = versions(node.gw, bucket, key)[0]["state"]
-        if mode.fleet:
-            assert node.worker is not None
-            node.worker.kill()
-        else:
-            node.gw.kill()
+        state = _kill_mid_destage(node, mode, seaweed, bucket, key, lambda: bool(
+            remote.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads")))
     finally:
         seaweed.resume()
     assert state == "destaging", "the destage finished before the kill; make the object larger"
