@@ -17,8 +17,8 @@ from app.services.eager_open import settled_remote_upload
 
 log = logging.getLogger("ferry.buckets")
 
-CREATE_ATTEMPTS = 4  # a remote's spurious NoSuchBucket to a racing CreateBucket, asked again
-CREATE_RETRY_PAUSE = 0.05  # seconds, times the attempt number
+CREATE_RACE_SECONDS = 3.0  # how long a remote's NoSuchBucket to a racing CreateBucket is asked again
+CREATE_RETRY_PAUSE = 0.05  # seconds, times the attempt number (at most 0.5)
 
 
 class BucketsService(GatewayCore):
@@ -48,19 +48,28 @@ class BucketsService(GatewayCore):
 
     async def _create_on_remote(self, bucket: str, location: str | None) -> None:
         """The remote's CreateBucket. SeaweedFS answers NoSuchBucket to the losers of creates
-        racing on one name (seen on a loaded machine: its create reads the bucket back before the
-        winner's is visible): never S3's answer to a create, so it is asked again, and a remote
-        that keeps saying so gets S3's answer for a conflicting operation in progress."""
-        for attempt in range(CREATE_ATTEMPTS):
+        racing on one name (seen on a loaded machine, for seconds: its create reads the bucket
+        back before the winner's is visible to it), never S3's answer to a create. Ferry's own
+        catalog decides instead: once the winner has claimed the name, this create is a taken
+        name's (BucketAlreadyExists, or a no-op if the claim is this tenant's); until then the
+        remote is asked again, and one that keeps saying so gets S3's answer for a conflicting
+        operation in progress (OperationAborted, which SDKs retry)."""
+        deadline = time.monotonic() + CREATE_RACE_SECONDS
+        attempt = 0
+        while True:
             try:
                 await self._run(self.remote.create_bucket, bucket, location)
                 return
             except S3Error as err:
                 if err.code != "NoSuchBucket":
                     raise
-                log.info("the remote answered NoSuchBucket to CreateBucket %s (attempt %d)", bucket, attempt + 1)
-            await asyncio.sleep(CREATE_RETRY_PAUSE * (attempt + 1))
-        raise S3Error("OperationAborted", BucketName=bucket)
+            attempt += 1
+            log.info("the remote answered NoSuchBucket to CreateBucket %s (attempt %d)", bucket, attempt)
+            if await self.tenancy.claimed(bucket):
+                raise S3Error("BucketAlreadyExists", BucketName=bucket)  # create_bucket judges the owner
+            if time.monotonic() >= deadline:
+                raise S3Error("OperationAborted", BucketName=bucket)
+            await asyncio.sleep(min(CREATE_RETRY_PAUSE * attempt, 0.5))
 
     async def _head_existing(self, bucket: str) -> None:
         """The remote just said the name exists: a HEAD that does not see it yet (another

@@ -135,6 +135,12 @@ class Tenancy:
             return
         raise S3Error("BucketAlreadyExists", BucketName=bucket)
 
+    async def claimed(self, bucket: str) -> bool:
+        """Whether a tenant owns the name explicitly (a CreateBucket claimed it), from the
+        catalog: what a racing create is judged by when the remote's answer is not to be trusted."""
+        _, explicit = await anyio.to_thread.run_sync(self.repo.owner, bucket)
+        return explicit
+
     async def deleted(self, bucket: str) -> None:
         """After DeleteBucket: the name is free again, for any tenant."""
         await anyio.to_thread.run_sync(self.repo.release, bucket)

@@ -395,11 +395,12 @@ class CacheIndex:
                 out[name] = {str(k) if k is not None else "": {"entries": int(n), "bytes": int(b)} for k, n, b in rows}
         return out
 
-    def delete_all(self) -> int:
-        """Forget every entry of this node; returns how many held (or had held) blocks."""
-        mine = T.c.node_id == self.node_id
+    def delete_all(self) -> tuple[int, int]:
+        """Forget every entry of this node; returns how many held (or had held) blocks, and their
+        bytes: read off the rows the one DELETE removed, so a fill recorded meanwhile is counted
+        with its bytes or not at all (a count and a sum read apart disagreed: 1 entry, 0 bytes)."""
         with self._begin() as conn:
-            count = conn.execute(select(func.count()).select_from(T).where(
-                mine, T.c.state.in_(_HOLDS_BLOCKS))).scalar()
-            conn.execute(delete(T).where(mine))
-            return int(count or 0)
+            gone = conn.execute(delete(T).where(T.c.node_id == self.node_id)
+                                .returning(T.c.state, T.c.cached_bytes)).all()
+        held = [int(size or 0) for state, size in gone if state in _HOLDS_BLOCKS]
+        return len(held), sum(held)

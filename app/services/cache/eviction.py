@@ -123,8 +123,7 @@ class Eviction(CacheBase):
 
     def wipe(self) -> tuple[int, int]:
         """Drop every clean block of this node; the remote has all of it."""
-        usage = self.index.total_bytes()
-        count = self.index.delete_all()
+        count, usage = self.index.delete_all()
         self.store.wipe()
         metrics.evicted("wipe", count, usage)
         return count, usage
