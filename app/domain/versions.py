@@ -56,6 +56,8 @@ class VersionRow:
     remote_etag: str | None
     durable_at: datetime | None
     remote_upload_id: str | None = None
+    after_seq: int | None = None  # a rename's delete: destaged only once this put row is
+    renamed_from: str | None = None  # a rename's put: the key its bytes had
 
     @property
     def is_delete(self) -> bool:
@@ -90,3 +92,8 @@ class VersionDraft:
     checksum_algorithm: str | None = None
     remote_upload_id: str | None = None  # parts already copied to this remote upload
     inline: bytes | None = None
+    renamed_from: str | None = None  # a rename's put: the source key (deleted in the same commit)
+
+
+class SourceChanged(Exception):
+    """A rename's source got a newer version between its read and the rename's commit."""

@@ -31,6 +31,9 @@ NOTES = {
     "GetObject": "`partNumber`: a single-part object's part 1 (`206`), others `416 InvalidPartNumber`; "
                  "a multipart object's parts `501 NotImplemented`",
     "HeadObject": "`partNumber`: as GetObject",
+    "RenameObject": "S3 Express's wire form, on any bucket; within one bucket, one journal commit (atomic for every "
+                    "reader); write-back keys only, write-through `501 NotImplemented`; `x-amz-client-token` is "
+                    "not kept (a retry whose answer was lost is recognised from the journal)",
 }
 
 

@@ -71,6 +71,7 @@ ROUTES: tuple[Route, ...] = (
     Route("UploadPartCopy", "PUT", "object", multipart.upload_part_copy, ("partNumber", "uploadId"),
           "x-amz-copy-source"),
     Route("UploadPart", "PUT", "object", multipart.upload_part, ("partNumber", "uploadId")),
+    Route("RenameObject", "PUT", "object", objects.rename_object, ("renameObject",)),
     Route("CopyObject", "PUT", "object", objects.copy_object, (), "x-amz-copy-source"),
     Route("PutObject", "PUT", "object", objects.put_object),
     Route("CreateMultipartUpload", "POST", "object", multipart.create_upload, ("uploads",)),

@@ -19,7 +19,7 @@ from app import metrics
 from app.domain.errors import S3Error
 from app.domain.fencing import Lease, LeaseLost
 from app.domain.routing import RouteMoved, RouteStamp
-from app.domain.states import VersionState, backoff_seconds
+from app.domain.states import DIRTY, VersionState, backoff_seconds
 from app.domain.versions import BlobRef, VersionRow
 from app.services.destage_upload import UploadSpec, delete, spec_of, upload
 from app.services.partcopies import PartCopies
@@ -70,6 +70,11 @@ class Destager:
             else:
                 self._keep_blobs(row)
             return self._done("superseded", row)
+        if row.after_seq is not None and self._put_pending(row.after_seq):
+            # A rename's delete: the source goes from the remote only once the new name is there.
+            self.journal.mark_retry(row, f"waits for seq {row.after_seq} (the rename's new name)",
+                                    time.time() + 1.0, failed=False)
+            return self._done("retry", row)
         for attempt in range(ROUTE_MOVES):
             outcome = self._send_and_mark(row, lease, fresh=attempt > 0)
             if outcome != "moved":
@@ -120,9 +125,16 @@ class Destager:
             return "moved"
         if durable:
             self._drop_blobs(row)
-            return self._done("durable", row)
+            outcome = self._done("durable", row)
+            if row.renamed_from is not None and (gone := self.journal.renamed_away(row)) is not None:
+                self.destage(gone)  # the rename's delete was waiting for this upload
+            return outcome
         self._keep_blobs(row)
         return self._lost_after_write(row)
+
+    def _put_pending(self, seq: int) -> bool:
+        put = self.journal.get(seq)
+        return put is not None and put.state in DIRTY
 
     def _pin(self, bucket: str, fresh: bool) -> tuple[RemotePort, RouteStamp | None]:
         """The remote the whole upload goes to, and where that is (None: a remote without routing)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from app.domain.conditions import NO_WRITE_CONDITIONS, WriteConditions
@@ -12,7 +13,7 @@ from app.domain.objects import (
     ObjectMeta,
 )
 from app.domain.states import VersionState
-from app.domain.versions import INLINE_BLOB, BlobRef, Replica, VersionDraft, VersionRow
+from app.domain.versions import INLINE_BLOB, BlobRef, Replica, SourceChanged, VersionDraft, VersionRow
 from app.services.bodies import (
     MAX_PUT_SIZE,
     BodyStream,
@@ -210,6 +211,71 @@ class WritesService(ConditionalWrites):
         A server-side copy on the remote could land before an older buffered write of the same
         key is destaged, which would then overwrite it; so the copy is staged locally instead.
         """
+        received = await self._stage_copy(src_bucket, src_key, source)
+        return await self._journal_put(bucket, key, received, content_headers, metadata, tenant_id)
+
+    async def rename_object(self, bucket: str, key: str, src_key: str, check: Callable[[ObjectMeta], None],
+                            conditions: WriteConditions = NO_WRITE_CONDITIONS,
+                            tenant_id: int | None = None) -> None:
+        """RenameObject within a bucket, as one journal commit (``Journal.append_rename``): the
+        new name and the old one's delete become visible together, to every reader of every
+        node. Only where writes are journalled (write-back): a rename on the remote alone is a
+        copy and a delete that readers would see apart, so write-through answers NotImplemented."""
+        self._check_key(bucket, key)
+        self._check_key(bucket, src_key)
+        mode, src_mode = self._mode_for(bucket, key), self._mode_for(bucket, src_key)
+        if not (await mode.journals(bucket, key) and await src_mode.journals(bucket, src_key)):
+            raise S3Error("NotImplemented", "RenameObject needs write-back (journalled) writes on both keys.")
+        if src_key == key:
+            await self.head_object(bucket, src_key)  # S3: a rename onto itself changes nothing
+            return
+        source_seq = await self._run(self.journal.newest_seq, bucket, src_key)
+        try:
+            source = await self.head_object(bucket, src_key)
+        except S3Error as err:
+            if err.code == "NoSuchKey" and await self._run(self._was_renamed, bucket, key, src_key):
+                return  # a retry of a rename that committed: its answer was lost
+            raise
+        check(source)
+        async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:
+            received = await self._stage_copy(bucket, src_key, source)
+            draft = self._draft(bucket, key, received, dict(source.content_headers), dict(source.metadata),
+                                tenant_id)
+            try:
+                put, gone = await self._run(self._commit_rename, received, draft, src_key, source_seq)
+            except SourceChanged as exc:
+                raise S3Error("OperationAborted", str(exc)) from exc
+            hold.result = put.etag
+        self.admission.added(put.size)
+        await mode.hand_on(put)
+        await src_mode.hand_on(gone)
+
+    def _was_renamed(self, bucket: str, key: str, src_key: str) -> bool:
+        newest = self.journal.newest(bucket, key)
+        return newest is not None and newest.renamed_from == src_key
+
+    def _draft(self, bucket: str, key: str, received: ReceivedBody, content_headers: dict[str, str],
+               metadata: dict[str, str], tenant_id: int | None) -> VersionDraft:
+        piece = BlobRef("", received.staging.size, received.digests.md5_hex(), received.checksums)
+        return VersionDraft(bucket, key, piece.size, piece.etag, [piece], content_headers, metadata,
+                            received.checksums, tenant_id)
+
+    def _commit_rename(self, received: ReceivedBody, draft: VersionDraft, src_key: str,
+                       source_seq: int | None) -> tuple[VersionRow, VersionRow]:
+        """fsync the staged bytes into the store, then the one commit of both rows."""
+        piece = BlobRef(self.blobs.commit(received.staging), draft.size, draft.etag, draft.checksums)
+        try:
+            rows = self.journal.append_rename(replace(draft, blobs=[piece], renamed_from=src_key), src_key,
+                                              source_seq)
+        except BaseException:
+            self.blobs.delete(piece.blob)
+            raise
+        self.blobs.settle(piece.blob)
+        return rows
+
+    async def _stage_copy(self, src_bucket: str, src_key: str, source: ObjectMeta) -> ReceivedBody:
+        """The source's bytes, read through the gateway (cache, journal, fleet or remote) into a
+        staging file; refused if they are not the version ``source`` describes."""
         reserved = await self.admission.reserve(source.size)
         try:
             read = await self.get_object(src_bucket, src_key)
@@ -219,7 +285,7 @@ class WritesService(ConditionalWrites):
         if "-" not in source.etag and received.digests.md5_hex() != source.etag:
             await self._run(self.blobs.discard, received.staging)
             raise S3Error("InternalError", "the copy source changed while it was read")
-        return await self._journal_put(bucket, key, received, content_headers, metadata, tenant_id)
+        return received
 
     async def _journal_delete(self, bucket: str, key: str, tenant_id: int | None) -> VersionRow:
         return await self._run(functools.partial(self.journal.append_delete, bucket, key, tenant_id,

@@ -32,7 +32,8 @@ def test_every_subresource_of_the_model_is_known() -> None:
 
 @pytest.mark.parametrize(("method", "key", "query", "expected"), [
     ("PUT", None, {"versioning": ""}, "NotImplemented"),  # was CreateBucket
-    ("PUT", "k", {"renameObject": ""}, "NotImplemented"),  # was PutObject of an empty body
+    ("PUT", "k", {"renameObject": ""}, "RenameObject"),  # was PutObject of an empty body
+    ("PUT", "k", {"renameObject": "", "acl": ""}, "NotImplemented"),
     ("DELETE", "k", {"annotation": ""}, "NotImplemented"),  # was DeleteObject
     ("GET", None, {"session": ""}, "NotImplemented"),  # was ListObjects
     ("GET", "k", {"partNumber": "1"}, "GetObject"),  # the handler answers NotImplemented itself

@@ -25,9 +25,36 @@ from app.adapters.catalog.journal_destage import DestageMoves
 from app.adapters.catalog.repo import UploadClaim, finish_upload
 from app.adapters.catalog.tables import JournalReplica, MultipartPart, ObjectVersion, table
 from app.domain.states import DIRTY, TERMINAL, VersionState
-from app.domain.versions import BlobRef, Replica, VersionDraft, VersionRow
+from app.domain.versions import BlobRef, Replica, SourceChanged, VersionDraft, VersionRow
 
 DIRTY_VALUES = tuple(s.value for s in DIRTY)
+
+
+def _after_json(seq: int) -> str:
+    return json.dumps({"after": seq})
+
+
+def _put_row(d: VersionDraft, node_id: str) -> ObjectVersion:
+    return ObjectVersion(
+        bucket=d.bucket, key=d.key, op="put", state=VersionState.BUFFERED.value, generation=0, size=d.size,
+        etag=d.etag, blobs_json=json.dumps([b.as_json() for b in d.blobs]), remote_upload_id=d.remote_upload_id,
+        multipart=d.multipart, headers_json=json.dumps({"content": d.content_headers, "metadata": d.metadata}
+                                                    | ({"renamed_from": d.renamed_from} if d.renamed_from else {})),
+        checksums_json=json.dumps(d.checksums), checksum_algorithm=d.checksum_algorithm, node_id=node_id,
+        tenant_id=d.tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,
+        inline_body=d.inline,
+    )
+
+
+def _delete_row(bucket: str, key: str, tenant_id: int | None, node_id: str, *,
+                after_seq: int | None = None) -> ObjectVersion:
+    """A delete's row; a rename's names the put it must destage after (in its headers)."""
+    return ObjectVersion(
+        bucket=bucket, key=key, op="delete", state=VersionState.BUFFERED.value, generation=0, size=0, etag="",
+        blobs_json="[]", multipart=False, headers_json="{}" if after_seq is None else _after_json(after_seq),
+        checksums_json="{}", node_id=node_id, tenant_id=tenant_id, created_at=datetime.now(UTC), attempts=0,
+        next_attempt_at=0.0, lease_until=0.0,
+    )
 
 
 def _aware(when: datetime | None) -> datetime | None:
@@ -45,7 +72,8 @@ def _row(r: ObjectVersion) -> VersionRow:
         checksums=json.loads(r.checksums_json), checksum_algorithm=r.checksum_algorithm, node_id=r.node_id,
         created_at=_aware(r.created_at) or datetime.now(UTC), attempts=r.attempts, last_error=r.last_error,
         next_attempt_at=r.next_attempt_at, remote_etag=r.remote_etag, durable_at=_aware(r.durable_at),
-        remote_upload_id=r.remote_upload_id,
+        remote_upload_id=r.remote_upload_id, after_seq=headers.get("after"),
+        renamed_from=headers.get("renamed_from"),
     )
 
 
@@ -84,20 +112,12 @@ class Journal(DestageMoves):
         its kept result and drops its part rows, or nothing commits (ClaimLost): one upload never
         yields two rows sharing its part blobs. With ``replica`` the record of a second node's
         copy commits with the row: a replicated write never exists without its copy."""
-        d = draft
-        row = ObjectVersion(
-            bucket=d.bucket, key=d.key, op="put", state=VersionState.BUFFERED.value, generation=0, size=d.size,
-            etag=d.etag, blobs_json=json.dumps([b.as_json() for b in d.blobs]), remote_upload_id=d.remote_upload_id,
-            multipart=d.multipart, headers_json=json.dumps({"content": d.content_headers, "metadata": d.metadata}),
-            checksums_json=json.dumps(d.checksums), checksum_algorithm=d.checksum_algorithm, node_id=self.node_id,
-            tenant_id=d.tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,
-            inline_body=d.inline,
-        )
+        row = _put_row(draft, self.node_id)
         with self.sessions.begin() as s:
             s.add(row)
             if completes is not None:
                 finish_upload(s.connection(), completes)
-            invalidate_key(s.connection(), d.bucket, d.key)
+            invalidate_key(s.connection(), draft.bucket, draft.key)
             s.flush()
             if replica is not None:
                 s.add(JournalReplica(seq=row.seq, node_id=replica.node_id, created_at=time.time(),
@@ -106,17 +126,49 @@ class Journal(DestageMoves):
 
     def append_delete(self, bucket: str, key: str, tenant_id: int | None, *,
                       invalidate_cache: bool = False) -> VersionRow:
-        row = ObjectVersion(
-            bucket=bucket, key=key, op="delete", state=VersionState.BUFFERED.value, generation=0, size=0, etag="",
-            blobs_json="[]", multipart=False, headers_json="{}", checksums_json="{}", node_id=self.node_id,
-            tenant_id=tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,
-        )
+        row = _delete_row(bucket, key, tenant_id, self.node_id)
         with self.sessions.begin() as s:
             s.add(row)
             if invalidate_cache:
                 invalidate_key(s.connection(), bucket, key)
             s.flush()
             return _row(row)
+
+    def append_rename(self, draft: VersionDraft, source_key: str, source_seq: int | None) -> tuple[VersionRow, VersionRow]:
+        """A rename within a bucket as one commit: the draft (the source's bytes, staged anew)
+        under its new key and a delete of ``source_key``, both keys' cached copies invalidated.
+        Every reader sees the old name or the new one, never neither. The delete names the put
+        (``after_seq``): its destage waits for the put's, so the remote too never lacks both.
+        ``source_seq``: the source's newest journal row when it was read (None: none); a newer
+        one means the source changed meanwhile, and nothing commits (SourceChanged)."""
+        put = _put_row(draft, self.node_id)
+        with self.sessions.begin() as s:
+            conn = s.connection()
+            invalidate_key(conn, draft.bucket, source_key)  # locks the source's entries first
+            newest = conn.execute(self._newest, {"b": draft.bucket, "k": source_key}).first()
+            if (newest[0] if newest else None) != source_seq:
+                raise SourceChanged(f"{draft.bucket}/{source_key} changed while it was renamed")
+            s.add(put)
+            invalidate_key(conn, draft.bucket, draft.key)
+            s.flush()
+            gone = _delete_row(draft.bucket, source_key, draft.tenant_id, self.node_id, after_seq=put.seq)
+            s.add(gone)
+            s.flush()
+            return _row(put), _row(gone)
+
+    def newest_seq(self, bucket: str, key: str) -> int | None:
+        """The key's newest journal row, whatever its state (None: the journal has none)."""
+        with self.sessions() as s:
+            found = s.execute(self._newest, {"b": bucket, "k": key}).first()
+        return int(found[0]) if found else None
+
+    def renamed_away(self, put: VersionRow) -> int | None:
+        """The buffered delete of a rename whose put is ``put`` (None: the row is no rename's)."""
+        with self.sessions() as s:
+            return s.scalar(select(ObjectVersion.seq).where(
+                ObjectVersion.bucket == put.bucket, ObjectVersion.op == "delete",
+                ObjectVersion.state == VersionState.BUFFERED.value, ObjectVersion.seq > put.seq,
+                ObjectVersion.headers_json == _after_json(put.seq)).limit(1))
 
     # ---- reading -------------------------------------------------------------------------------
     def get(self, seq: int) -> VersionRow | None:

@@ -184,6 +184,33 @@ async def copy_object(req: S3Request, gw: Gateway) -> Response:
     return Response.xml(body)
 
 
+def _rename_conditions(req: S3Request) -> Callable[[ObjectMeta], None]:
+    h = req.headers
+
+    def check(meta: ObjectMeta) -> None:
+        check_conditions(meta.etag, meta.last_modified, h.get("x-amz-rename-source-if-match"),
+                         h.get("x-amz-rename-source-if-none-match"),
+                         h.get("x-amz-rename-source-if-modified-since"),
+                         h.get("x-amz-rename-source-if-unmodified-since"), copy_source=True)
+
+    return check
+
+
+async def rename_object(req: S3Request, gw: Gateway) -> Response:
+    """RenameObject (``PUT /b/k?renameObject``, source ``x-amz-rename-source: /b/old``): within
+    one bucket, atomic for every reader (services/writes.py)."""
+    bucket, key = _target(req)
+    source = req.header("x-amz-rename-source", "")
+    if not source:
+        raise S3Error("InvalidArgument", "x-amz-rename-source is required", ArgumentName="x-amz-rename-source")
+    if not source.lstrip("/").startswith(f"{bucket}/"):
+        source = f"/{bucket}/{source.lstrip('/')}"  # any other value is a key of the target's bucket
+    _, src_key = parse_copy_source(source)
+    await gw.rename_object(bucket, key, src_key, _rename_conditions(req), write_conditions(req),
+                           tenant_id=req.tenant_id)
+    return Response(200)
+
+
 async def delete_object(req: S3Request, gw: Gateway) -> Response:
     _check_version(req)
     bucket, key = _target(req)
