@@ -261,6 +261,45 @@ def quickstart(
 
 
 @cli.command()
+def mount(
+    mountpoint: Annotated[Path, typer.Argument(help="An empty directory to mount on.")],
+    bucket: Annotated[str | None, typer.Option(help="Show only this bucket (default: every bucket the key "
+                                                    "can reach, each a top-level directory).")] = None,
+    read_only: Annotated[bool, typer.Option("--read-only", help="Refuse every change (EROFS).")] = False,
+    cache_seconds: Annotated[float, typer.Option(help="How long attributes and listings are cached: a change "
+                                                      "made through S3 shows within it.")] = 1.0,
+    allow_other: Annotated[bool, typer.Option(help="Let other users see the mount (FUSE allow_other).")] = False,
+) -> None:
+    """Mount the gateway's buckets as a filesystem (FUSE), in the foreground until SIGINT/SIGTERM
+    or `fusermount3 -u`. Settings: FERRY_URL, and the S3 key as AWS_ACCESS_KEY_ID /
+    AWS_SECRET_ACCESS_KEY (or FERRY_ACCESS_KEY / FERRY_SECRET_KEY). docs/posix.md."""
+    import logging
+
+    try:
+        from app.mount.run import MountSettings
+        from app.mount.run import mount as run_mount
+    except ImportError as exc:  # pyfuse3 is the `mount` extra: it needs libfuse3
+        typer.echo(f"ferry mount: {exc}; install with: pip install 'ferry[mount]' (needs libfuse3)", err=True)
+        raise typer.Exit(2) from exc
+    logging.basicConfig(level=os.environ.get("FERRY_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = MountSettings.from_env(bucket=bucket, read_only=read_only, cache_seconds=cache_seconds,
+                                          allow_other=allow_other)
+    except ValueError as exc:
+        typer.echo(f"ferry mount: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if not mountpoint.is_dir():
+        typer.echo(f"ferry mount: {mountpoint} is not a directory", err=True)
+        raise typer.Exit(2)
+    try:
+        run_mount(mountpoint, settings)
+    except OSError as exc:
+        typer.echo(f"ferry mount: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+@cli.command()
 def mcp(
     url: Annotated[str, typer.Option("--url", envvar="FERRY_URL", help="Gateway URL.")] = "http://127.0.0.1:9000",
     token: Annotated[str | None, typer.Option("--token", envvar="FERRY_ADMIN_TOKEN", help="Admin token.")] = None,

@@ -1,0 +1,403 @@
+"""``ferry mount``'s filesystem: FUSE operations (pyfuse3) over the gateway's S3 view.
+
+What each call means (docs/posix.md has the table):
+- a file is an object; a directory is a key prefix (``mkdir`` writes a folder marker);
+- a file being written lives in a local staging file and becomes the object, whole, when it is
+  fsynced or closed (one PUT, acknowledged once durable on the gateway): S3 readers never see a
+  part of it;
+- ``rename`` of a file is RenameObject: one journal transaction on the gateway, so every reader
+  sees the old name or the new one; a directory's rename answers EXDEV (``mv`` then copies);
+- attributes and listings are cached for ``cache_seconds`` (a change made through S3 shows within
+  it); what this mount changes it sees at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyfuse3
+import trio
+
+from app.mount.handles import ReadHandle, WriteHandle
+from app.mount.inodes import ROOT, Inodes, Where, child, is_dir, parent_of
+from app.mount.metadata import Metadata
+from app.mount.objects import FileStat, GatewayObjects, ObjectError
+
+log = logging.getLogger("ferry.mount")
+T = TypeVar("T")
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+
+
+def _fail(code: int) -> pyfuse3.FUSEError:
+    return pyfuse3.FUSEError(code)
+
+
+class FerryFS(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, objects: GatewayObjects, staging: Path, *, bucket: str | None = None,
+                 read_only: bool = False, cache_seconds: float = 1.0) -> None:
+        super().__init__()
+        self.objects = objects
+        self.staging = staging
+        self.read_only = read_only
+        self.cache_seconds = cache_seconds
+        self.inodes = Inodes()
+        self.limiter = trio.CapacityLimiter(32)
+        self.spawn: Callable[..., None] = lambda fn, *args: None  # set by run.py: the mount's nursery
+        self.meta = Metadata(objects, self._call, cache_seconds, bucket)
+        self._writers: dict[Where, tuple[WriteHandle, int]] = {}  # open files being written, and their opens
+        self._open: dict[int, ReadHandle | WriteHandle] = {}
+        self._dirs: dict[int, list[tuple[str, Where]]] = {}
+        self._handles = itertools.count(1)
+        self.uid, self.gid = os.getuid(), os.getgid()
+        self.started_ns = time.time_ns()
+
+    # ---- the gateway, in threads ---------------------------------------------------------------
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
+        except ObjectError as exc:
+            if exc.code == "Stale":
+                raise _fail(errno.ESTALE) from exc
+            log.info("%s: %s", getattr(fn, "__name__", fn), exc)
+            raise _fail(exc.errno or errno.EIO) from exc
+        except OSError as exc:
+            raise _fail(exc.errno or errno.EIO) from exc
+        except Exception as exc:
+            log.warning("%s failed", getattr(fn, "__name__", fn), exc_info=True)
+            raise _fail(errno.EIO) from exc
+
+    # ---- attributes ----------------------------------------------------------------------------
+    def _attrs(self, where: Where, found: FileStat | None, size: int | None = None) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = self.inodes.number(where)
+        a.entry_timeout = a.attr_timeout = self.cache_seconds
+        a.st_uid, a.st_gid = self.uid, self.gid
+        write_bits = 0 if self.read_only else 0o200
+        if found is None and size is None:
+            a.st_mode = stat.S_IFDIR | 0o555 | write_bits
+            a.st_nlink = 2
+            a.st_size = 0
+            # A prefix has no time of its own: the mount's start, so it never seems to change (tar checks).
+            a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = self.started_ns
+        else:
+            a.st_mode = stat.S_IFREG | 0o444 | write_bits
+            a.st_nlink = 1
+            a.st_size = size if size is not None else (found.size if found else 0)
+            mtime = found.mtime_ns if found else int(time.time() * 1e9)
+            a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime
+        a.st_blksize = 1024 * 1024
+        a.st_blocks = (a.st_size + 511) // 512
+        return a
+
+    async def _resolve(self, where: Where) -> pyfuse3.EntryAttributes:
+        """Attributes of a file ``where`` names, or of the directory of the same name."""
+        writer = self._writers.get(where)
+        if writer is not None:
+            return self._attrs(where, self.meta.known(where), size=writer[0].size)
+        bucket, key = where
+        cached = self.meta.fresh_listing(parent_of(where))
+        if cached is not None:
+            name = key.rsplit("/", 1)[-1]
+            if name in cached.dirs:
+                return self._attrs(child(parent_of(where), name, directory=True), None)
+            if name in cached.files:
+                return self._attrs(where, cached.files[name])
+            raise _fail(errno.ENOENT)
+        if await self._call(self.objects.has_under, bucket, f"{key}/"):
+            return self._attrs((bucket, f"{key}/"), None)
+        found = await self.meta.file_stat(where)
+        if found is None:
+            raise _fail(errno.ENOENT)
+        return self._attrs(where, found)
+
+    def _where(self, inode: int) -> Where:
+        where = self.inodes.where(inode)
+        if where is None:
+            raise _fail(errno.ENOENT)
+        return where
+
+    @staticmethod
+    def _name(name: bytes) -> str:
+        text = os.fsdecode(name)
+        if text in ("", ".", "..") or "/" in text:
+            raise _fail(errno.ENOENT)
+        return text
+
+    async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> pyfuse3.EntryAttributes:
+        parent = self._where(parent_inode)
+        text = self._name(name)
+        if parent == ROOT:
+            if text not in await self.meta.buckets():
+                self.meta.forget(ROOT)  # a bucket made a moment ago: ask again
+                if text not in await self.meta.buckets():
+                    raise _fail(errno.ENOENT)
+            return self._attrs((text, ""), None)
+        return await self._resolve(child(parent, text, directory=False))
+
+    async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
+        where = self._where(inode)
+        if is_dir(where):
+            return self._attrs(where, None)
+        writer = self._writers.get(where)
+        if writer is not None:
+            return self._attrs(where, self.meta.known(where), size=writer[0].size)
+        found = await self.meta.file_stat(where)
+        if found is None:
+            raise _fail(errno.ENOENT)
+        return self._attrs(where, found)
+
+    async def setattr(self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any) -> pyfuse3.EntryAttributes:
+        """Size: a file being written is truncated; a closed one only to 0 (rewritten empty).
+        Mode, owner and times are accepted and not kept (objects have none): ``cp -p``,
+        ``rsync -a`` and ``tar`` work."""
+        where = self._where(inode)
+        if fields.update_size:
+            if self.read_only:
+                raise _fail(errno.EROFS)
+            writer = self._writers.get(where)
+            if writer is not None:
+                async with writer[0].lock:
+                    writer[0].truncate(attr.st_size)
+            elif attr.st_size == 0 and not is_dir(where):
+                handle = WriteHandle.create(self.staging, *where)
+                try:
+                    await self._publish(where, handle)
+                finally:
+                    handle.close()
+            else:
+                raise _fail(errno.EOPNOTSUPP)
+        return await self.getattr(inode, ctx)
+
+    # ---- directories ---------------------------------------------------------------------------
+    async def opendir(self, inode: int, ctx: Any) -> int:
+        where = self._where(inode)
+        if where == ROOT:
+            entries = [(name, (name, "")) for name in await self.meta.buckets()]
+        else:
+            listing = await self.meta.listing(where)
+            dirs = set(listing.dirs)
+            entries = [(name, child(where, name, directory=True)) for name in listing.dirs]
+            entries += [(name, child(where, name, directory=False)) for name in listing.files if name not in dirs]
+            pending = {w[1].rsplit("/", 1)[-1] for w in self._writers if parent_of(w) == where}
+            entries += [(name, child(where, name, directory=False)) for name in pending
+                        if name not in listing.files and name not in dirs]
+        handle = next(self._handles)
+        self._dirs[handle] = sorted(e for e in entries if e[0] and "/" not in e[0])
+        return handle
+
+    async def readdir(self, fh: int, start_id: int, token: Any) -> None:
+        entries = self._dirs.get(fh, [])
+        for index in range(start_id, len(entries)):
+            name, where = entries[index]
+            if is_dir(where):
+                attrs = self._attrs(where, None)
+            else:
+                writer = self._writers.get(where)
+                found = self.meta.known(where)
+                attrs = self._attrs(where, found, size=writer[0].size if writer else None)
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attrs, index + 1):
+                return
+
+    async def releasedir(self, fh: int) -> None:
+        self._dirs.pop(fh, None)
+
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> pyfuse3.EntryAttributes:
+        parent = self._where(parent_inode)
+        if self.read_only:
+            raise _fail(errno.EROFS)
+        if parent == ROOT:
+            raise _fail(errno.EPERM)  # buckets are made through S3 or the admin API
+        where = child(parent, self._name(name), directory=True)
+        await self._call(self.objects.make_dir, *where)
+        self.meta.changed(where)
+        return self._attrs(where, None)
+
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        parent = self._where(parent_inode)
+        if self.read_only:
+            raise _fail(errno.EROFS)
+        if parent == ROOT:
+            raise _fail(errno.EPERM)
+        bucket, prefix = child(parent, self._name(name), directory=True)
+        if await self._call(self.objects.has_under, bucket, prefix, prefix):
+            raise _fail(errno.ENOTEMPTY)
+        await self._call(self.objects.delete, bucket, prefix)
+        self.meta.changed((bucket, prefix))
+        self.inodes.drop((bucket, prefix))
+
+    # ---- files ---------------------------------------------------------------------------------
+    async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
+        where = self._where(inode)
+        if is_dir(where):
+            raise _fail(errno.EISDIR)
+        handle: ReadHandle | WriteHandle
+        if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+            handle = await self._open_writer(where, flags)
+        elif (writer := self._writers.get(where)) is not None:
+            handle = self._share(where, writer[0])
+        else:
+            found = await self.meta.file_stat(where)
+            if found is None:
+                raise _fail(errno.ENOENT)
+            handle = ReadHandle(self.objects, where[0], where[1], found, self.spawn, self.limiter)
+        fh = next(self._handles)
+        self._open[fh] = handle
+        return pyfuse3.FileInfo(fh=fh)
+
+    async def _open_writer(self, where: Where, flags: int) -> WriteHandle:
+        if self.read_only:
+            raise _fail(errno.EROFS)
+        writer = self._writers.get(where)
+        if writer is not None:
+            if flags & os.O_TRUNC:
+                async with writer[0].lock:
+                    writer[0].truncate(0)
+            return self._share(where, writer[0])
+        found = await self.meta.file_stat(where)
+        if found is not None and found.size > 0 and not flags & os.O_TRUNC:
+            raise _fail(errno.EOPNOTSUPP)  # no writes into an existing object's bytes: O_TRUNC rewrites
+        handle = WriteHandle.create(self.staging, *where)
+        self._writers[where] = (handle, 1)
+        return handle
+
+    def _share(self, where: Where, handle: WriteHandle) -> WriteHandle:
+        held, opens = self._writers[where]
+        self._writers[where] = (held, opens + 1)
+        return handle
+
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
+                     ctx: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        parent = self._where(parent_inode)
+        if self.read_only:
+            raise _fail(errno.EROFS)
+        if parent == ROOT:
+            raise _fail(errno.EPERM)
+        where = child(parent, self._name(name), directory=False)
+        handle = await self._open_writer(where, flags | os.O_TRUNC)
+        fh = next(self._handles)
+        self._open[fh] = handle
+        self.meta.forget(parent)
+        return pyfuse3.FileInfo(fh=fh), self._attrs(where, None, size=handle.size)
+
+    def _handle(self, fh: int) -> ReadHandle | WriteHandle:
+        handle = self._open.get(fh)
+        if handle is None:
+            raise _fail(errno.EBADF)
+        return handle
+
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        handle = self._handle(fh)
+        if isinstance(handle, WriteHandle):
+            return handle.read(off, size)
+        return await handle.read(off, size)
+
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        handle = self._handle(fh)
+        if not isinstance(handle, WriteHandle):
+            raise _fail(errno.EBADF)
+        async with handle.lock:
+            return handle.write(off, buf)
+
+    async def _publish(self, where: Where, handle: WriteHandle) -> None:
+        """The staging file becomes the object (once acknowledged, it survives any crash)."""
+        async with handle.lock:
+            if not handle.dirty or handle.unlinked:
+                return
+            found = await self._call(self.objects.publish, handle.bucket, handle.key, handle.path)
+            handle.dirty = False
+        self.meta.changed((handle.bucket, handle.key), found)
+
+    async def flush(self, fh: int) -> None:
+        handle = self._handle(fh)
+        if isinstance(handle, WriteHandle):
+            await self._publish((handle.bucket, handle.key), handle)
+
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self.flush(fh)
+
+    async def release(self, fh: int) -> None:
+        handle = self._open.pop(fh, None)
+        if not isinstance(handle, WriteHandle):
+            return
+        where = (handle.bucket, handle.key)
+        held = self._writers.get(where)
+        try:
+            if held is None or held[1] <= 1:
+                await self._publish(where, handle)
+        finally:
+            if held is not None and held[0] is handle:
+                if held[1] <= 1:
+                    del self._writers[where]
+                    handle.close()
+                else:
+                    self._writers[where] = (handle, held[1] - 1)
+            elif held is None:
+                handle.close()
+
+    async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        parent = self._where(parent_inode)
+        if self.read_only:
+            raise _fail(errno.EROFS)
+        where = child(parent, self._name(name), directory=False)
+        writer = self._writers.get(where)
+        if writer is not None:
+            writer[0].unlinked = True
+        await self._call(self.objects.delete, *where)
+        self.meta.changed(where)
+        self.inodes.drop(where)
+
+    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes,
+                     flags: int, ctx: Any) -> None:
+        if self.read_only:
+            raise _fail(errno.EROFS)
+        if flags & RENAME_EXCHANGE:
+            raise _fail(errno.EINVAL)
+        old = child(self._where(parent_inode_old), self._name(name_old), directory=False)
+        new = child(self._where(parent_inode_new), self._name(name_new), directory=False)
+        if not old[0] or not new[0] or old[1] == "" or new[1] == "":
+            raise _fail(errno.EPERM)
+        if is_dir(await self._resolve_where(old)):
+            raise _fail(errno.EXDEV)  # a directory is many objects: mv copies them one by one
+        if old[0] != new[0]:
+            raise _fail(errno.EXDEV)
+        writer = self._writers.get(old)
+        if writer is not None:
+            await self._publish(old, writer[0])
+        await self._call(self.objects.rename, old[0], old[1], new[1], no_replace=bool(flags & RENAME_NOREPLACE))
+        if writer is not None:
+            del self._writers[old]
+            writer[0].key = new[1]
+            self._writers[new] = writer
+        self.meta.changed(old)
+        self.meta.changed(new)
+        self.inodes.move(old, new)
+
+    async def _resolve_where(self, where: Where) -> Where:
+        attrs = await self._resolve(where)
+        found = self.inodes.where(attrs.st_ino)
+        return found if found is not None else where
+
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+        raise _fail(errno.EPERM)  # an object has one name
+
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+        raise _fail(errno.EPERM)  # S3 has no links
+
+    async def statfs(self, ctx: Any) -> pyfuse3.StatvfsData:
+        s = pyfuse3.StatvfsData()
+        s.f_bsize = s.f_frsize = 1024 * 1024
+        s.f_blocks = s.f_bfree = s.f_bavail = 1 << 30
+        s.f_files = s.f_ffree = s.f_favail = 1 << 30
+        s.f_namemax = 255
+        return s

@@ -1,0 +1,127 @@
+"""Open files of the mount: a reader's chunk window over one object version, and a writer's
+local staging file that becomes the object, whole, on fsync or close.
+
+Reads fetch CHUNK-sized ranges of the version the file was opened at (If-Match: a newer version
+fails with ESTALE, never a mix) and fetch the next chunks ahead while a reader walks forward.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from app.mount.objects import FileStat, GatewayObjects
+
+CHUNK = 8 * 1024 * 1024
+AHEAD = 2  # chunks fetched ahead of a sequential reader
+KEPT = 4  # chunks a handle holds at most (its memory: KEPT x CHUNK)
+
+
+@dataclass(eq=False)
+class ReadHandle:
+    objects: GatewayObjects
+    bucket: str
+    key: str
+    stat: FileStat
+    spawn: Callable[..., None]  # start a background task (the filesystem's nursery)
+    limiter: trio.CapacityLimiter
+    _chunks: dict[int, bytes] = field(default_factory=dict)
+    _loading: dict[int, trio.Event] = field(default_factory=dict)
+    _errors: dict[int, OSError] = field(default_factory=dict)
+    _last: int = -1
+
+    async def read(self, offset: int, size: int) -> bytes:
+        if offset >= self.stat.size or size <= 0:
+            return b""
+        end = min(offset + size, self.stat.size)
+        first, last = offset // CHUNK, (end - 1) // CHUNK
+        sequential = first in (self._last, self._last + 1)
+        self._last = last
+        if sequential:
+            for ahead in range(last + 1, min(last + 1 + AHEAD, self._count())):
+                self._start(ahead)
+        pieces = [await self._chunk(i) for i in range(first, last + 1)]
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        start = offset - first * CHUNK
+        self._trim(first)
+        return data[start:start + (end - offset)]
+
+    def _count(self) -> int:
+        return (self.stat.size + CHUNK - 1) // CHUNK
+
+    def _start(self, index: int) -> None:
+        if index in self._chunks or index in self._loading:
+            return
+        self._loading[index] = trio.Event()
+        self.spawn(self._load, index)
+
+    async def _load(self, index: int) -> None:
+        done = self._loading[index]
+        length = min(CHUNK, self.stat.size - index * CHUNK)
+        try:
+            self._chunks[index] = await trio.to_thread.run_sync(
+                self.objects.read, self.bucket, self.key, index * CHUNK, length, self.stat.etag,
+                limiter=self.limiter)
+        except OSError as exc:
+            self._errors[index] = exc
+        finally:
+            del self._loading[index]
+            done.set()
+
+    async def _chunk(self, index: int) -> bytes:
+        while index not in self._chunks:
+            if (error := self._errors.pop(index, None)) is not None:
+                raise error
+            self._start(index)
+            await self._loading[index].wait()
+        return self._chunks[index]
+
+    def _trim(self, current: int) -> None:
+        """Keep the chunks nearest the reader (behind it: one, for a small step back)."""
+        while len(self._chunks) > KEPT:
+            far = max(self._chunks, key=lambda i: (i < current - 1, abs(i - current)))
+            del self._chunks[far]
+
+
+@dataclass(eq=False)
+class WriteHandle:
+    """A file being written: its bytes in a local staging file (outside the gateway's data
+    directory) until ``publish`` makes them the object in one acknowledged PUT."""
+
+    bucket: str
+    key: str
+    path: Path
+    fd: int
+    dirty: bool = True  # a new or truncated file is published even if nothing is written
+    unlinked: bool = False
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+    @classmethod
+    def create(cls, staging: Path, bucket: str, key: str) -> WriteHandle:
+        fd, name = tempfile.mkstemp(dir=staging, prefix="w-")
+        return cls(bucket, key, Path(name), fd)
+
+    def write(self, offset: int, data: bytes) -> int:
+        written = os.pwrite(self.fd, data, offset)
+        self.dirty = True
+        return written
+
+    def read(self, offset: int, size: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+        self.dirty = True
+
+    @property
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,95 @@
+"""Running a mount: settings from the environment, the FUSE session, the shutdown.
+
+The mount stays in the foreground until SIGINT/SIGTERM or ``fusermount3 -u``. Its staging
+files (files being written) live in a directory of its own, never the gateway's data dir.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyfuse3
+import trio
+
+from app.mount.fs import FerryFS
+from app.mount.objects import GatewayObjects
+
+log = logging.getLogger("ferry.mount")
+
+
+@dataclass(frozen=True)
+class MountSettings:
+    url: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+    bucket: str | None = None
+    read_only: bool = False
+    cache_seconds: float = 1.0
+    staging_root: Path | None = None
+    allow_other: bool = False
+
+    @classmethod
+    def from_env(cls, **given: Any) -> MountSettings:
+        """FERRY_URL (else the node's FERRY_HOST/FERRY_PORT), the S3 key as AWS_ACCESS_KEY_ID /
+        AWS_SECRET_ACCESS_KEY or FERRY_ACCESS_KEY / FERRY_SECRET_KEY (the node's own key when
+        run on the serving node)."""
+        env = os.environ
+        host = env.get("FERRY_HOST", "127.0.0.1")
+        url = env.get("FERRY_URL") or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:" \
+                                       f"{env.get('FERRY_PORT', '9000')}"
+        access = env.get("AWS_ACCESS_KEY_ID") or env.get("FERRY_ACCESS_KEY")
+        secret = env.get("AWS_SECRET_ACCESS_KEY") or env.get("FERRY_SECRET_KEY")
+        if not access or not secret:
+            raise ValueError("no S3 key: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                             "(or FERRY_ACCESS_KEY and FERRY_SECRET_KEY)")
+        staging = env.get("FERRY_MOUNT_STAGING")
+        return cls(url=url, access_key=access, secret_key=secret,
+                   region=env.get("AWS_REGION") or env.get("FERRY_REGION") or "us-east-1",
+                   staging_root=Path(staging) if staging else None, **given)
+
+
+def options(settings: MountSettings) -> set[str]:
+    opts = set(pyfuse3.default_options) | {"fsname=ferry", "subtype=ferry"}
+    if settings.read_only:
+        opts.add("ro")
+    if settings.allow_other:
+        opts.add("allow_other")
+    return opts
+
+
+def mount(mountpoint: Path, settings: MountSettings) -> None:
+    """Serve the mount until it is unmounted or signalled; unmount on the way out."""
+    objects = GatewayObjects(settings.url, settings.access_key, settings.secret_key, region=settings.region)
+    objects.buckets()  # fail now, with the gateway's answer, rather than at the first ls
+    staging = Path(tempfile.mkdtemp(prefix="ferry-mount-", dir=settings.staging_root))
+    fs = FerryFS(objects, staging, bucket=settings.bucket, read_only=settings.read_only,
+                 cache_seconds=settings.cache_seconds)
+    pyfuse3.init(fs, str(mountpoint), options(settings))
+    try:
+        trio.run(_serve, fs)
+    finally:
+        pyfuse3.close(unmount=True)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+async def _serve(fs: FerryFS) -> None:
+    async with trio.open_nursery() as nursery:
+        fs.spawn = nursery.start_soon
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    log.info("ferry mount: signal %s, unmounting", signum)
+                    pyfuse3.terminate()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await pyfuse3.main()
+            nursery.cancel_scope.cancel()
