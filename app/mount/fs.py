@@ -59,6 +59,7 @@ class FerryFS(pyfuse3.Operations):
         self._open: dict[int, ReadHandle | WriteHandle] = {}
         self._dirs: dict[int, list[tuple[str, Where]]] = {}
         self._handles = itertools.count(1)
+        self._versions: dict[int, str | None] = {}  # inode -> the version its page cache holds
         self.uid, self.gid = os.getuid(), os.getgid()
         self.started_ns = time.time_ns()
 
@@ -244,6 +245,7 @@ class FerryFS(pyfuse3.Operations):
         handle: ReadHandle | WriteHandle
         if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
             handle = await self._open_writer(where, flags)
+            self._versions[inode] = None
         elif (writer := self._writers.get(where)) is not None:
             handle = self._share(where, writer[0])
         else:
@@ -253,7 +255,12 @@ class FerryFS(pyfuse3.Operations):
             handle = ReadHandle(self.objects, where[0], where[1], found, self.spawn, self.limiter)
         fh = next(self._handles)
         self._open[fh] = handle
-        return pyfuse3.FileInfo(fh=fh)
+        # The kernel's page cache of the file is kept across opens only while it holds the same
+        # version: an overwrite of the same size within the same second would otherwise be stale.
+        version = handle.stat.etag if isinstance(handle, ReadHandle) else None
+        keep = version is not None and self._versions.get(inode) == version
+        self._versions[inode] = version
+        return pyfuse3.FileInfo(fh=fh, keep_cache=keep)
 
     async def _open_writer(self, where: Where, flags: int) -> WriteHandle:
         if self.read_only:
@@ -285,6 +292,7 @@ class FerryFS(pyfuse3.Operations):
             raise _fail(errno.EPERM)
         where = child(parent, self._name(name), directory=False)
         handle = await self._open_writer(where, flags | os.O_TRUNC)
+        self._versions.pop(self.inodes.number(where), None)
         fh = next(self._handles)
         self._open[fh] = handle
         self.meta.forget(parent)

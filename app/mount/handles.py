@@ -30,7 +30,7 @@ class ReadHandle:
     stat: FileStat
     spawn: Callable[..., None]  # start a background task (the filesystem's nursery)
     limiter: trio.CapacityLimiter
-    _chunks: dict[int, bytes] = field(default_factory=dict)
+    _chunks: dict[int, bytearray] = field(default_factory=dict)
     _loading: dict[int, trio.Event] = field(default_factory=dict)
     _errors: dict[int, OSError] = field(default_factory=dict)
     _last: int = -1
@@ -45,11 +45,14 @@ class ReadHandle:
         if sequential:
             for ahead in range(last + 1, min(last + 1 + AHEAD, self._count())):
                 self._start(ahead)
-        pieces = [await self._chunk(i) for i in range(first, last + 1)]
-        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         start = offset - first * CHUNK
+        if first == last:
+            data = bytes(memoryview(await self._chunk(first))[start:start + (end - offset)])
+        else:
+            joined = b"".join([await self._chunk(i) for i in range(first, last + 1)])
+            data = joined[start:start + (end - offset)]
         self._trim(first)
-        return data[start:start + (end - offset)]
+        return data
 
     def _count(self) -> int:
         return (self.stat.size + CHUNK - 1) // CHUNK
@@ -73,7 +76,7 @@ class ReadHandle:
             del self._loading[index]
             done.set()
 
-    async def _chunk(self, index: int) -> bytes:
+    async def _chunk(self, index: int) -> bytearray:
         while index not in self._chunks:
             if (error := self._errors.pop(index, None)) is not None:
                 raise error

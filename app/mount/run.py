@@ -73,11 +73,28 @@ def mount(mountpoint: Path, settings: MountSettings) -> None:
     fs = FerryFS(objects, staging, bucket=settings.bucket, read_only=settings.read_only,
                  cache_seconds=settings.cache_seconds)
     pyfuse3.init(fs, str(mountpoint), options(settings))
+    _widen_readahead(mountpoint)
     try:
         trio.run(_serve, fs)
     finally:
         pyfuse3.close(unmount=True)
         shutil.rmtree(staging, ignore_errors=True)
+
+
+READ_AHEAD_KB = 1024
+
+
+def _widen_readahead(mountpoint: Path) -> None:
+    """The kernel reads ahead 128 KiB per FUSE request by default; 1 MiB requests cost the mount
+    a quarter less CPU per GiB read (measured). Only root may set it: otherwise it stays."""
+    try:  # never stat the mount itself here: its requests are not served until the main loop runs
+        device = next(line.split()[2] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                      if line.split()[4] == os.path.abspath(mountpoint))
+        knob = Path(f"/sys/class/bdi/{device}/read_ahead_kb")
+        if int(knob.read_text()) < READ_AHEAD_KB:
+            knob.write_text(str(READ_AHEAD_KB))
+    except (OSError, ValueError, StopIteration) as exc:
+        log.info("ferry mount: read-ahead left at the kernel's default (%s)", exc)
 
 
 async def _serve(fs: FerryFS) -> None:

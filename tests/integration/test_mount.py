@@ -124,6 +124,14 @@ def test_a_change_through_s3_shows_in_the_mount_within_a_second(gw: GatewayProce
     while (root / "fresh").read_bytes() != b"version two":
         assert time.monotonic() < deadline, "an overwrite through S3 did not show within 1.5 s"
         time.sleep(0.05)
+    same = os.urandom(64 * 1024)
+    s3.put_object(Bucket=bucket, Key="same-size", Body=same)
+    time.sleep(1.1)
+    assert (root / "same-size").read_bytes() == same  # now in the kernel's page cache
+    other = os.urandom(64 * 1024)
+    s3.put_object(Bucket=bucket, Key="same-size", Body=other)  # same size, likely the same second
+    time.sleep(1.1)
+    assert (root / "same-size").read_bytes() == other, "the page cache kept an older version's bytes"
     s3.delete_object(Bucket=bucket, Key="fresh")
     deadline = time.monotonic() + 1.5
     while (root / "fresh").exists():

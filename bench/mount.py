@@ -1,0 +1,175 @@
+"""``ferry mount`` against the gateway's own S3 view (issue 30's goals), in one run.
+
+    .venv/bin/python -m bench.mount --size-mib 1024 --runs 3
+
+Starts SeaweedFS on loopback, one gateway (embedded default: write-back) and a mount of it, then,
+interleaved run by run (medians printed):
+- sequential read of a cached object: a GET through the gateway (urllib3, readinto a reused
+  buffer) against ``read()`` of the mounted file in 1 MiB pieces (each open re-reads through FUSE:
+  the mount does not keep the kernel's page cache between opens);
+- first read of a cold object (put straight to the remote, never read through the gateway), a
+  new key for each contender and run;
+- a write of the same bytes: boto3 ``upload_file`` through the gateway until its acknowledgement,
+  against write + fsync + close through the mount (the close returns once the gateway acknowledged);
+- ``ls -l`` of a directory of 10,000 keys and ``find`` + ``grep -r`` over 1,000 small files (warm:
+  the gateway has listed them before; the mount's 1 s cache expired before each run).
+Needs root and /dev/fuse (``ferry mount``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from boto3.s3.transfer import TransferConfig
+
+from tests.support.gateway import GatewayProcess, remote_client
+from tests.support.mount import MountProcess
+from tests.support.seaweed import SeaweedServer
+
+MiB = 1024 * 1024
+
+
+def gateway_get(gw: GatewayProcess, bucket: str, key: str, size: int, buf: bytearray) -> float:
+    url = gw.client().generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=600)
+    pool = urllib3.PoolManager()
+    view = memoryview(buf)
+    started = time.perf_counter()
+    resp = pool.request("GET", url, preload_content=False)
+    got = 0
+    while n := resp.readinto(view):
+        got += n
+    elapsed = time.perf_counter() - started
+    assert resp.status == 200 and got == size, (resp.status, got)
+    return elapsed
+
+
+def mount_read(path: Path, size: int, buf: bytearray) -> float:
+    started = time.perf_counter()
+    got = 0
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):  # type: ignore[attr-defined]
+            got += n
+    elapsed = time.perf_counter() - started
+    assert got == size, (got, size)
+    return elapsed
+
+
+def mount_write(path: Path, source: Path) -> float:
+    started = time.perf_counter()
+    with open(source, "rb") as src, open(path, "wb") as dst:
+        while chunk := src.read(MiB):
+            dst.write(chunk)
+        dst.flush()
+        os.fsync(dst.fileno())
+    return time.perf_counter() - started
+
+
+def gateway_put(gw: GatewayProcess, bucket: str, key: str, source: Path) -> float:
+    config = TransferConfig(multipart_threshold=64 * MiB, multipart_chunksize=16 * MiB, max_concurrency=8)
+    client = gw.client()
+    started = time.perf_counter()
+    client.upload_file(str(source), bucket, key, Config=config)
+    return time.perf_counter() - started
+
+
+def timed(command: str, cwd: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, shell=True, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def fill(gw: GatewayProcess, bucket: str, keys: list[str], body: Callable[[int], bytes]) -> None:
+    client = gw.client(max_pool_connections=32)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: client.put_object(Bucket=bucket, Key=keys[i], Body=body(i)), range(len(keys))))
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def run(size_mib: int, cold_mib: int, runs: int, listing_keys: int, small_files: int) -> dict[str, Any]:
+    size, cold = size_mib * MiB, cold_mib * MiB
+    results: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        results.setdefault(name, []).append(value)
+
+    with tempfile.TemporaryDirectory(prefix="bench-mount-") as scratch, SeaweedServer() as sw, \
+            GatewayProcess(sw, Path(scratch) / "gw") as gw, MountProcess(gw) as mnt:
+        bucket = f"bm-{uuid.uuid4().hex[:8]}"
+        s3 = gw.client()
+        s3.create_bucket(Bucket=bucket)
+        source = Path(scratch) / "source.bin"
+        with open(source, "wb") as fh:
+            for _ in range(size_mib):
+                fh.write(os.urandom(MiB))
+        s3.upload_file(str(source), bucket, "cached.bin")
+        gw.flush(bucket)
+        buf = bytearray(MiB)
+        gateway_get(gw, bucket, "cached.bin", size, buf)  # the cache now holds it
+        root = mnt.path / bucket
+        remote = remote_client(sw)
+        cold_body = os.urandom(cold)
+        for r in range(runs):
+            add("cached GET", size / gateway_get(gw, bucket, "cached.bin", size, buf) / 1e6)
+            add("cached mount read", size / mount_read(root / "cached.bin", size, buf) / 1e6)
+            for who in ("GET", "mount"):
+                key = f"cold-{who}-{r}"
+                remote.put_object(Bucket=bucket, Key=key, Body=cold_body)
+            time.sleep(1.1)  # the mount's listing cache: the new keys are seen
+            add("cold GET", cold / gateway_get(gw, bucket, f"cold-GET-{r}", cold, buf) / 1e6)
+            add("cold mount read", cold / mount_read(root / f"cold-mount-{r}", cold, buf) / 1e6)
+            add("PUT ack (upload_file)", size / gateway_put(gw, bucket, f"put-{r}", source) / 1e6)
+            add("mount write+fsync+close", size / mount_write(root / f"written-{r}", source) / 1e6)
+            gw.flush(bucket)
+            for key in (f"put-{r}", f"written-{r}", f"cold-GET-{r}", f"cold-mount-{r}"):
+                s3.delete_object(Bucket=bucket, Key=key)
+            gw.flush(bucket)
+        fill(gw, bucket, [f"many/{i:05d}" for i in range(listing_keys)], lambda i: b"x")
+        fill(gw, bucket, [f"small/{i // 100:02d}/{i:04d}.txt" for i in range(small_files)],
+             lambda i: (f"file {i}\n" + ("needle\n" if i % 50 == 0 else "") + "y" * 2000).encode())
+        timed("ls -l many", root)  # the gateway has listed them once: warm
+        timed("find small -type f; grep -r needle small", root)
+        for _ in range(runs):
+            time.sleep(1.1)
+            add("ls -l 10k keys (s)", timed("ls -l many", root))
+            time.sleep(1.1)
+            add("find + grep -r 1k files (s)", timed("find small -type f > /dev/null && grep -r needle small", root))
+    return {name: median(values) for name, values in results.items()} | {"runs": runs, "size_mib": size_mib,
+                                                                       "cold_mib": cold_mib}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--cold-mib", type=int, default=256)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--listing-keys", type=int, default=10_000)
+    parser.add_argument("--small-files", type=int, default=1000)
+    args = parser.parse_args()
+    medians = run(args.size_mib, args.cold_mib, args.runs, args.listing_keys, args.small_files)
+    print(f"medians of {args.runs} runs ({args.size_mib} MiB cached/written, {args.cold_mib} MiB cold), MB/s or s:")
+    for name, value in medians.items():
+        if name not in ("runs", "size_mib", "cold_mib"):
+            print(f"  {name:32s} {value:10.2f}")
+    ratio = [("cached read: mount / GET", "cached mount read", "cached GET", 0.7),
+             ("cold read: mount / GET", "cold mount read", "cold GET", 1 / 1.2),
+             ("write: mount / PUT ack", "mount write+fsync+close", "PUT ack (upload_file)", 0.7)]
+    for label, mine, theirs, goal in ratio:
+        print(f"  {label:32s} {medians[mine] / medians[theirs]:10.2f}  (goal >= {goal:.2f})")
+
+
+if __name__ == "__main__":
+    main()
