@@ -20,6 +20,7 @@ import os
 import stat
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +30,7 @@ import trio
 from app.mount.handles import ReadHandle, WriteHandle
 from app.mount.inodes import ROOT, Inodes, Where, child, is_dir, parent_of
 from app.mount.metadata import Metadata
-from app.mount.objects import FileStat, GatewayObjects, ObjectError
+from app.mount.objects import PARALLEL_PARTS, FileStat, GatewayObjects, ObjectError
 
 log = logging.getLogger("ferry.mount")
 T = TypeVar("T")
@@ -53,6 +54,7 @@ class FerryFS(pyfuse3.Operations):
         self.cache_seconds = cache_seconds
         self.inodes = Inodes()
         self.limiter = trio.CapacityLimiter(32)
+        self.part_pool = ThreadPoolExecutor(PARALLEL_PARTS, thread_name_prefix="ferry-mount-part")
         self.spawn: Callable[..., None] = lambda fn, *args: None  # set by run.py: the mount's nursery
         self.meta = Metadata(objects, self._call, cache_seconds, bucket)
         self._writers: dict[Where, tuple[WriteHandle, int]] = {}  # open files being written, and their opens
@@ -274,7 +276,7 @@ class FerryFS(pyfuse3.Operations):
         found = await self.meta.file_stat(where)
         if found is not None and found.size > 0 and not flags & os.O_TRUNC:
             raise _fail(errno.EOPNOTSUPP)  # no writes into an existing object's bytes: O_TRUNC rewrites
-        handle = WriteHandle.create(self.staging, *where)
+        handle = WriteHandle.create(self.staging, *where, objects=self.objects, pool=self.part_pool)
         self._writers[where] = (handle, 1)
         return handle
 
@@ -320,9 +322,11 @@ class FerryFS(pyfuse3.Operations):
     async def _publish(self, where: Where, handle: WriteHandle) -> None:
         """The staging file becomes the object (once acknowledged, it survives any crash)."""
         async with handle.lock:
+            if handle.unlinked and handle.stream is not None and handle.stream.upload_id is not None:
+                await self._call(handle.stream.abort)  # at the close, not at the later release
             if not handle.dirty or handle.unlinked:
                 return
-            found = await self._call(self.objects.publish, handle.bucket, handle.key, handle.path)
+            found = await self._call(self.objects.publish, handle.bucket, handle.key, handle.path, handle.stream)
             handle.dirty = False
         self.meta.changed((handle.bucket, handle.key), found)
 

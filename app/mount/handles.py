@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
 from app.mount.objects import FileStat, GatewayObjects
+from app.mount.streaming import PartStream
 
 CHUNK = 8 * 1024 * 1024
 AHEAD = 2  # chunks fetched ahead of a sequential reader
@@ -102,16 +104,21 @@ class WriteHandle:
     fd: int
     dirty: bool = True  # a new or truncated file is published even if nothing is written
     unlinked: bool = False
+    stream: PartStream | None = None  # its parts sent while it is written (app/mount/streaming.py)
     lock: trio.Lock = field(default_factory=trio.Lock)
 
     @classmethod
-    def create(cls, staging: Path, bucket: str, key: str) -> WriteHandle:
+    def create(cls, staging: Path, bucket: str, key: str, objects: GatewayObjects | None = None,
+               pool: ThreadPoolExecutor | None = None) -> WriteHandle:
         fd, name = tempfile.mkstemp(dir=staging, prefix="w-")
-        return cls(bucket, key, Path(name), fd)
+        stream = PartStream(objects, pool, bucket, key, fd) if objects is not None and pool is not None else None
+        return cls(bucket, key, Path(name), fd, stream=stream)
 
     def write(self, offset: int, data: bytes) -> int:
         written = os.pwrite(self.fd, data, offset)
         self.dirty = True
+        if self.stream is not None:
+            self.stream.wrote(offset, offset + written)
         return written
 
     def read(self, offset: int, size: int) -> bytes:
@@ -120,11 +127,15 @@ class WriteHandle:
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
         self.dirty = True
+        if self.stream is not None:
+            self.stream.spoil("truncated")
 
     @property
     def size(self) -> int:
         return os.fstat(self.fd).st_size
 
     def close(self) -> None:
+        if self.stream is not None:
+            self.stream.abort()  # not published: nothing of it may stay on the gateway
         os.close(self.fd)
         self.path.unlink(missing_ok=True)

@@ -13,12 +13,15 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import urllib3
 from botocore.config import Config
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from app.mount.streaming import PartStream
 
 MiB = 1024 * 1024
 # A file larger than this is published as a multipart upload of PART_SIZE parts, PARALLEL_PARTS at once.
@@ -157,14 +160,22 @@ class GatewayObjects:
         finally:
             resp.release_conn()
 
-    def publish(self, bucket: str, key: str, path: Path) -> FileStat:
+    def publish(self, bucket: str, key: str, path: Path, stream: PartStream | None = None) -> FileStat:
         """The whole file as the object: one PUT (or one multipart upload of parts sent 8 at a
         time), acknowledged by the gateway once durable (fsync and journal), never visible in
         part. Bodies go as whole buffers to presigned URLs: boto3's upload_file read the file
         4 KiB at a time and hashed it for the signature (28 CPU s per GiB in the mount, measured)."""
         size = path.stat().st_size
+        if stream is not None and stream.spoiled:
+            stream.abort()  # parts of an upload that no longer matches the file
         with open(path, "rb") as fh:
-            if size <= MULTIPART_THRESHOLD:
+            if stream is not None and stream.usable:
+                try:
+                    stream.complete(size)  # the parts sent while the file was written, and the tail
+                except BaseException:
+                    stream.abort()
+                    raise
+            elif size <= MULTIPART_THRESHOLD:
                 self._put(self._presigned("put_object", Bucket=bucket, Key=key), os.pread(fh.fileno(), size, 0))
             else:
                 self._put_multipart(bucket, key, fh.fileno(), size)
@@ -185,29 +196,41 @@ class GatewayObjects:
         return str(resp.headers.get("ETag", ""))
 
     def _put_multipart(self, bucket: str, key: str, fd: int, size: int) -> None:
+        upload = self.open_upload(bucket, key)
         try:
-            upload = self.client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+            with ThreadPoolExecutor(PARALLEL_PARTS) as pool:
+                parts = list(pool.map(
+                    lambda n: self.send_part(bucket, key, upload, n, fd, (n - 1) * PART_SIZE, PART_SIZE),
+                    range(1, (size + PART_SIZE - 1) // PART_SIZE + 1)))
+            self.complete_upload(bucket, key, upload, parts)
+        except BaseException:
+            self.abort_upload(bucket, key, upload)
+            raise
+
+    def open_upload(self, bucket: str, key: str) -> str:
+        try:
+            return str(self.client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"])
         except ClientError as exc:
             _raise(exc)
             raise
 
-        def part(number: int) -> dict[str, Any]:
-            start = (number - 1) * PART_SIZE
-            data = os.pread(fd, min(PART_SIZE, size - start), start)
-            url = self._presigned("upload_part", Bucket=bucket, Key=key, UploadId=upload, PartNumber=number)
-            return {"PartNumber": number, "ETag": self._put(url, data)}
+    def send_part(self, bucket: str, key: str, upload: str, number: int, fd: int, offset: int,
+                  length: int) -> dict[str, Any]:
+        """Part ``number``: the file's bytes [offset, offset + length) (fewer at its end)."""
+        data = os.pread(fd, length, offset)
+        url = self._presigned("upload_part", Bucket=bucket, Key=key, UploadId=upload, PartNumber=number)
+        return {"PartNumber": number, "ETag": self._put(url, data)}
 
+    def complete_upload(self, bucket: str, key: str, upload: str, parts: list[dict[str, Any]]) -> None:
         try:
-            with ThreadPoolExecutor(PARALLEL_PARTS) as pool:
-                parts = list(pool.map(part, range(1, (size + PART_SIZE - 1) // PART_SIZE + 1)))
             self.client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
                                                   MultipartUpload={"Parts": parts})
-        except BaseException as exc:
-            with contextlib.suppress(Exception):
-                self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
-            if isinstance(exc, ClientError):
-                _raise(exc)
-            raise
+        except ClientError as exc:
+            _raise(exc)
+
+    def abort_upload(self, bucket: str, key: str, upload: str) -> None:
+        with contextlib.suppress(Exception):
+            self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
 
     def delete(self, bucket: str, key: str) -> None:
         try:

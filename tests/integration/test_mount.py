@@ -108,6 +108,30 @@ def test_a_file_written_through_the_mount_is_one_object_at_close(gw: GatewayProc
     assert "dd.bin" not in keys(s3, bucket)
 
 
+def test_a_large_file_sent_while_written_is_published_as_the_file_holds(gw: GatewayProcess, mnt: MountProcess,
+                                                                         bucket: str) -> None:
+    """Parts go to the gateway while the file grows; a write back into a part already sent, or an
+    unlink before close, must still end as the file says (and leave no upload open)."""
+    s3 = gw.client()
+    root = mnt.path / bucket
+    data = bytearray(os.urandom(100 * MiB))
+    with open(root / "streamed.bin", "wb") as fh:
+        fh.write(data)
+        assert "streamed.bin" not in keys(s3, bucket)
+    assert hashlib.md5(body(s3, bucket, "streamed.bin")).digest() == hashlib.md5(data).digest()
+    with open(root / "rewritten.bin", "wb") as fh:
+        fh.write(data)
+        fh.seek(3 * MiB)
+        fh.write(b"changed after its part was sent")
+    data[3 * MiB:3 * MiB + 31] = b"changed after its part was sent"
+    assert hashlib.md5(body(s3, bucket, "rewritten.bin")).digest() == hashlib.md5(data).digest()
+    with open(root / "dropped.bin", "wb") as fh:
+        fh.write(data)
+        os.unlink(root / "dropped.bin")
+    assert "dropped.bin" not in keys(s3, bucket)
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
 def test_a_change_through_s3_shows_in_the_mount_within_a_second(gw: GatewayProcess, mnt: MountProcess,
                                                                bucket: str) -> None:
     s3 = gw.client()
