@@ -292,6 +292,12 @@ def test_flock_works_within_the_node(mnt: MountProcess, bucket: str) -> None:
                                 "except BlockingIOError: sys.exit(3)\n", str(path)], timeout=30)
         assert other.returncode == 3
         fcntl.flock(first, fcntl.LOCK_UN)
+    with open(path, "rb") as held:  # fcntl (POSIX) record locks too
+        fcntl.lockf(held, fcntl.LOCK_SH)
+        other = subprocess.run(["python3", "-c", "import fcntl,sys; f=open(sys.argv[1],'wb');\n"
+                                "try: fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                                "except OSError: sys.exit(3)\n", str(path)], timeout=30)
+        assert other.returncode == 3
 
 
 def test_a_read_only_mount_refuses_changes(gw: GatewayProcess, bucket: str) -> None:
