@@ -71,6 +71,7 @@ def control_app(container: Container) -> FastAPI:
     async def prometheus_metrics() -> Response:
         """Prometheus text format: every worker's counters plus the catalog's gauges (read once per scrape)."""
         metrics.flush_requests()  # this worker's pending figures; the others write theirs every 0.5 s
+        await run_in_threadpool(container.cache.publish_sizing)  # its sizing gauges; the others every 30 s
         body, content_type = await run_in_threadpool(metrics.exposition, catalog_collector(container))
         return Response(body, media_type=content_type)
 

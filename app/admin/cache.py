@@ -95,6 +95,31 @@ def router(container: Container, auth: Authenticator) -> APIRouter:
         return ObjectCacheOut(bucket=bucket, key=key, cached=any(c.state == "ready" for c in copies),
                               copies=copies)
 
+    @api.get("/sizing")
+    async def sizing(principal: Principal = auth.tenant_read()) -> dict[str, Any]:
+        """Sizing: the miss-ratio curve of this process's reads, as points (cache bytes, hit
+        ratio) around the node's budget (budget/4 .. 4 x budget), per bucket and tenant too,
+        the bytes touched in the last hour and day, and predicted against measured hit ratio.
+        Per worker process (``scope``, ``pid``). A tenant-bound token sees its own tenant and
+        buckets only (docs/operations.md, "Sizing")."""
+        recorder = container.cache.sizing
+        if principal.tenant_id is None:
+            doc = await run(recorder.report)
+            named = {str(t.id): t.name for t in await run(container.admin.tenants.list)} if doc["tenants"] else {}
+        else:
+            names = [n[len("bucket:"):] for n in recorder.node.part_accesses() if n.startswith("bucket:")]
+            mine = await auth.visible(principal, names)
+            doc = await run(lambda: recorder.report(buckets=mine, tenant_id=principal.tenant_id))
+            named = {str(principal.tenant_id): principal.tenant or ""}
+        for tenant_id, entry in doc["tenants"].items():
+            entry["name"] = named.get(tenant_id)
+        workers = container.settings.workers
+        doc.update(workers=workers, node_id=container.settings.node_id)
+        if workers > 1:
+            doc["note"] = (f"the curves of worker pid {doc['pid']}: the reads it served, about 1/{workers} of the "
+                           "node's, each worker keeps its own; size a node from one worker (FERRY_WORKERS=1)")
+        return doc
+
     @api.post("/evict", response_model=Counted)
     async def evict(body: EvictIn, principal: Principal = auth.tenant_write()) -> Counted:
         """Drop cached objects under bucket/prefix on this node (the next read fetches again)."""

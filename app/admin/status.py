@@ -102,6 +102,8 @@ def stats_document(container: Container) -> dict[str, Any]:
         },
         "staging_jobs": _staging_jobs(collector),
         "workers": _workers(container),
+        # The answering worker's miss-ratio curve (its own reads): GET /admin/cache/sizing has the rest.
+        "sizing": container.cache.sizing.summary(node.dirty_bytes if catalog_ok else None),
     }
 
 

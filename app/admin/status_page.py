@@ -1,4 +1,5 @@
 """The status page's HTML: one document, inline CSS, script and SVG; nothing fetched but /admin/stats.
+The sizing chart's markup and script are in app/admin/status_sizing.py, spliced in below.
 
 The token comes from ``?token=`` once (then kept in sessionStorage and removed from the address
 bar) or from the form; without one the page shows no figures. All data is inserted with
@@ -7,7 +8,9 @@ bar) or from the form; without one the page shows no figures. All data is insert
 
 from __future__ import annotations
 
-PAGE = """<!doctype html>
+from app.admin import status_sizing
+
+_PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -100,7 +103,7 @@ PAGE = """<!doctype html>
       <section><h2>Destage lag (s)</h2><svg class="chart" id="chart-lag" viewBox="0 0 600 170" role="img"
         aria-label="destage lag over time"></svg></section>
     </div>
-    <section><h2>Cache usage per tenant</h2>
+<!--sizing-section-->    <section><h2>Cache usage per tenant</h2>
       <table id="tenants"><thead><tr><th>tenant</th><th>cached</th><th>pinned</th><th>objects</th>
         <th>quota</th><th>use</th></tr></thead><tbody></tbody></table></section>
     <section><h2>Hit ratio by bucket</h2>
@@ -259,6 +262,7 @@ PAGE = """<!doctype html>
     buckets(c.by_bucket);
     jobs(d.staging_jobs);
     workers(d.workers || []);
+    sizingChart(d.sizing);
   }
 
   function intervalRatio(a, b) {
@@ -310,6 +314,7 @@ PAGE = """<!doctype html>
     flush();
   }
 
+/*sizing-script*/
   function cell(tr, text) { const td = document.createElement("td"); td.textContent = text; tr.appendChild(td); return td; }
   function barCell(tr, fraction) {
     const td = document.createElement("td"), bar = document.createElement("div"), fill = document.createElement("div");
@@ -369,3 +374,6 @@ PAGE = """<!doctype html>
 </body>
 </html>
 """
+
+PAGE = (_PAGE.replace("<!--sizing-section-->", status_sizing.SECTION)
+        .replace("/*sizing-script*/", status_sizing.SCRIPT))

@@ -6,6 +6,7 @@
     ferry stage s3://datasets/imagenet/train/      # live progress; Ctrl-C offers to cancel
     ferry flush s3://checkpoints/run-42/           # waits, with progress, until durable
     ferry status
+    ferry cache sizing                             # hit ratio vs cache size around the budget
     ferry admin tokens create ci --scope read --scope write --tenant acme   # the token, once
 
 Exit codes: 0 success, 1 the gateway refused or the operation did not complete, 2 the gateway
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import typer
 
+from app.cli_admin.cache import cache_cli
 from app.cli_admin.catalog import buckets_cli, keys_cli, policies_cli, tenants_cli
 from app.cli_admin.common import parse_size, parse_target
 from app.cli_admin.jobs import evict, flush, stage, status
@@ -31,6 +33,7 @@ def register(cli: typer.Typer) -> None:
     cli.add_typer(policies_cli, name="policies")
     cli.add_typer(buckets_cli, name="buckets")
     cli.add_typer(admin_cli, name="admin")
+    cli.add_typer(cache_cli, name="cache")
     cli.command("stage")(stage)
     cli.command("flush")(flush)
     cli.command("evict")(evict)

@@ -23,6 +23,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 READ_TOOLS: dict[str, Callable[..., Any]] = {
     "status": tools.status, "traffic": tools.traffic, "where_is": tools.where_is,
     "destage": tools.destage, "slow_requests": tools.slow_requests, "effective_policy": tools.effective_policy,
+    "cache_sizing": tools.cache_sizing,
 }
 ACTION_TOOLS: dict[str, Callable[..., Any]] = {
     "stage": tools.stage, "flush": tools.flush, "evict": tools.evict, "retry": tools.retry,
@@ -37,6 +38,10 @@ DESCRIPTIONS = {
     "slow_requests": "The slowest recent S3 requests with ms per stage: auth (parse+signature+access), "
                      "lookup (handler until the response starts: catalog, cache, remote, body upload), "
                      "first_byte, transfer, total. Per gateway worker process.",
+    "cache_sizing": "What a bigger or smaller read cache would hit: points {cache_bytes, hit_ratio} from "
+                    "budget/4 to 4x the configured budget (the miss-ratio curve of the answering worker's "
+                    "reads), per bucket and tenant, bytes touched in the last hour and day, and the hit "
+                    "ratio predicted at the budget against the one measured.",
     "effective_policy": "The effective policy (revalidation, pinning, write mode...) for s3://bucket/key.",
     "stage": "ACTION (write token): warm s3://bucket/prefix into the cache; returns the staging job.",
     "flush": "ACTION (write token): destage everything under s3://bucket/prefix (or all) and wait.",

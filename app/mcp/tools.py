@@ -100,6 +100,12 @@ def status(admin: AdminClient) -> dict[str, Any]:
             "staging_jobs": stats.get("staging_jobs", [])}
 
 
+def cache_sizing(admin: AdminClient) -> dict[str, Any]:
+    """The miss-ratio curve (GET /admin/cache/sizing): hit ratio at cache sizes around the budget,
+    per bucket and tenant, bytes touched in the last hour and day, predicted against measured."""
+    return admin.get("/admin/cache/sizing")
+
+
 def where_is(admin: AdminClient, uri: str) -> dict[str, Any]:
     """Cache copies (node, blocks, bytes) and journal history (dirty or durable, last error) of a key."""
     bucket, key = parse_target(uri)

@@ -27,6 +27,8 @@ from app.metrics.definitions import (
     CACHE_CORRUPT,
     CACHE_EVICTED_BYTES,
     CACHE_EVICTIONS,
+    CACHE_MEASURED_HIT_RATIO,
+    CACHE_PREDICTED_HIT_RATIO,
     CACHE_REQUESTS,
     DESTAGE_ATTEMPTS,
     DESTAGE_DELAY,
@@ -60,6 +62,7 @@ from app.metrics.definitions import (
     remote_fetched,
     revalidated,
     singleflight_waited,
+    sizing_ratios,
     zerocopy_sent,
 )
 from app.metrics.exposition import (
@@ -90,6 +93,8 @@ __all__ = [
     "CACHE_CORRUPT",
     "CACHE_EVICTED_BYTES",
     "CACHE_EVICTIONS",
+    "CACHE_MEASURED_HIT_RATIO",
+    "CACHE_PREDICTED_HIT_RATIO",
     "CACHE_REQUESTS",
     "DESTAGED_BYTES",
     "DESTAGE_ATTEMPTS",
@@ -145,5 +150,6 @@ __all__ = [
     "set_operation",
     "set_outcome",
     "singleflight_waited",
+    "sizing_ratios",
     "zerocopy_sent",
 ]

@@ -74,6 +74,25 @@ def revalidated(result: str) -> None:
     REVALIDATIONS.labels(result).inc()
 
 
+# Sizing (app/services/sizing.py): the miss-ratio curve at the budget, and what the cache measured
+# on the same reads, per bucket. Each serving process keeps its own curves and sets its own values
+# every 30 s ("liveall": one series per live worker, a ``pid`` label in multiprocess mode).
+CACHE_PREDICTED_HIT_RATIO = Gauge("ferry_cache_predicted_hit_ratio",
+                                  "Hit ratio the miss-ratio curve predicts for the bucket's reads at the node's "
+                                  "cache budget (less dirty bytes), since this process started",
+                                  ["bucket"], multiprocess_mode="liveall")
+CACHE_MEASURED_HIT_RATIO = Gauge("ferry_cache_measured_hit_ratio",
+                                 "Hit ratio the read cache measured on the same reads (hit or stale over reads)",
+                                 ["bucket"], multiprocess_mode="liveall")
+
+
+def sizing_ratios(rows: dict[str, tuple[float, float]]) -> None:
+    """bucket -> (predicted, measured) hit ratio, set together."""
+    for bucket, (predicted, measured) in rows.items():
+        CACHE_PREDICTED_HIT_RATIO.labels(bucket).set(predicted)
+        CACHE_MEASURED_HIT_RATIO.labels(bucket).set(measured)
+
+
 
 # ---- S3 requests (instrumented in app/s3/app.py) ------------------------------------------------
 

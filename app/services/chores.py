@@ -10,8 +10,8 @@ schedules and routes them):
   runs on the node's own queue ``ferry.<node id>``, consumed only by workers that share the
   node's data directory;
 - ``shared``: touches only the shared catalog, so any node's worker may run it (``ferry.shared``);
-- ``process``: state held in one process's memory (the cache's buffered access times), so every
-  serving process runs it itself, in both modes.
+- ``process``: state held in one process's memory (the cache's buffered access times, its
+  sizing curves), so every serving process runs it itself, in both modes.
 
 Chores are idempotent and guarded by the same data-directory locks as before (janitor, scrub and
 orphan sweep each take their lock in ``cache/locks``), so a duplicate run, a lost beat message
@@ -63,6 +63,7 @@ class CacheChores(Protocol):
     def sweep_orphans(self) -> tuple[int, int]: ...
     def sweep_retired(self) -> tuple[int, int]: ...
     def flush_touches(self) -> None: ...
+    def publish_sizing(self) -> None: ...
 
 
 class Expiry(Protocol):
@@ -91,6 +92,7 @@ class Intervals:
     orphans_first: float = 60.0  # ... and a minute after start
     retired: float = 60.0  # retired blocks past their grace (cachestore.RETIRED_GRACE_SECONDS)
     touches: float = 1.0  # access times buffered in each serving process
+    sizing: float = 30.0  # each serving process's predicted and measured hit ratio gauges (sizing)
     staging_recovery: float = 10.0  # running staging jobs whose heartbeat stopped (staging.STALE_AFTER)
     remote_uploads: float = 3600.0  # FERRY_REMOTE_UPLOAD_SWEEP_INTERVAL: remote uploads nothing owns
     # A row the sweep handed to Celery is not sent again for this long (the in-process queue drops
@@ -179,6 +181,7 @@ CHORES: tuple[Chore, ...] = (
     Chore("staging-recovery", "node", lambda p: recover_stale(p.staging) if p.staging else 0,
           lambda i: i.staging_recovery),
     Chore("cache-touches", "process", lambda p: p.cache.flush_touches(), lambda i: i.touches),
+    Chore("sizing-gauges", "process", lambda p: p.cache.publish_sizing(), lambda i: i.sizing),
 )
 BY_NAME = {chore.name: chore for chore in CHORES}
 

@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.support.gateway import ADMIN_TOKEN, FERRY, GatewayProcess, free_port
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-READ_TOOLS = {"status", "traffic", "where_is", "destage", "slow_requests", "effective_policy"}
+READ_TOOLS = {"status", "traffic", "where_is", "destage", "slow_requests", "effective_policy", "cache_sizing"}
 ACTIONS = {"stage": {"uri": "s3://b/p/"}, "flush": {"uri": "s3://b/p/"}, "evict": {"uri": "s3://b/p/"},
            "retry": {"seq": 1}}
 Opener = Callable[[str], AbstractAsyncContextManager[ClientSession]]
@@ -132,6 +132,11 @@ def test_tools_answer_what_the_admin_api_reports(opener: Opener, api: httpx.Clie
             assert lat["requests"] >= 2 and 0 < lat["p50_ms"] <= lat["max_ms"]
             windowed = await _call(session, "traffic", {"window_seconds": 0.5})
             assert windowed["window"].startswith("the last") and windowed["requests"] >= 0
+
+            sizing = await _call(session, "cache_sizing")
+            assert sizing["buckets"][bucket]["reads"] >= 1 and sizing["scope"] == "process"
+            assert sizing["budget_bytes"] == api.get("/admin/cache/sizing").json()["budget_bytes"] > 0
+            assert any(p["cache_bytes"] <= sizing["budget_bytes"] for p in sizing["points"])
 
             where = await _call(session, "where_is", {"uri": f"s3://{bucket}/mcp/a.txt"})
             versions = api.get("/admin/objects", params={"bucket": bucket, "prefix": "mcp/a.txt"}).json()["versions"]

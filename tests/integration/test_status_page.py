@@ -128,6 +128,11 @@ def test_live_figures_follow_a_workload(gw: GatewayProcess, remote: SeaweedServe
     wait_for(lambda: len(browser.find_elements("css selector", "#tenants tbody tr[data-tenant]")) >= 1,
              "cache usage per tenant")
     assert float(figure(browser, "bytes-out")) >= 2 * len(body)
+    # The sizing chart: the curve of those two reads around the budget, the budget marked.
+    wait_for(lambda: bool(browser.find_elements("css selector", "#chart-sizing polyline")), "the sizing curve")
+    assert len(browser.find_elements("css selector", "#chart-sizing circle")) == 7
+    assert browser.find_elements("css selector", "#chart-sizing line[stroke-dasharray]")  # the budget
+    assert "measured 50.0 %" in browser.find_element("id", "sizing-caption").text
 
     # Writes held by a paused remote: dirty bytes and lag show, then drain after the flush.
     remote.pause()

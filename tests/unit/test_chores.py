@@ -211,8 +211,8 @@ def test_the_serving_process_runs_only_its_own_chores_in_fleet_mode(tmp_path: Pa
     for settings, names in ((embedded, {"sweep", "replica-takeover", "upload-expiry", "cache-janitor",
                                         "cache-eviction", "cache-orphans", "cache-retired",
                                         "cache-scrub", "cache-revalidation", "compact", "remote-uploads", "cache-touches",
-                                        "staging-recovery"}),
-                            (fleet, {"cache-touches"})):
+                                        "staging-recovery", "sizing-gauges"}),
+                            (fleet, {"cache-touches", "sizing-gauges"})):
         _, loop = make_chores(settings, parts.journal, parts.cache, parts.upload_expiry,  # type: ignore[arg-type]
                               EmbeddedExecutor(None, None))  # type: ignore[arg-type]
         assert {c.name for c in loop.chores} == names

@@ -24,6 +24,7 @@ from app.services.budget import DiskReserve
 from app.services.cache.scrub import Scrub
 from app.services.policies import PolicyBook
 from app.services.ports import BlockSource, BlockStore, CacheIndex, RemotePort
+from app.services.sizing import SizingRecorder
 
 if TYPE_CHECKING:
     from typing import BinaryIO
@@ -40,7 +41,8 @@ LOCK_POLL_MAX = 0.05
 
 class CacheBase:
     """The collaborators and state of one process's read cache. Every collaborator is required:
-    the composition root (app/bootstrap.py) always has them, and tests pass real ones or fakes."""
+    the composition root (app/bootstrap.py) always has them, and tests pass real ones or fakes
+    (but ``sizing``, the per-process curves, which the cache makes itself when not given)."""
 
     if TYPE_CHECKING:
         # What one part of the cache calls on another through the ``ReadCache`` composite (serving
@@ -55,7 +57,7 @@ class CacheBase:
     def __init__(self, index: CacheIndex, store: BlockStore, remote: RemotePort, policies: PolicyBook, *,
                  source: BlockSource, disk: DiskReserve, dirty_bytes: Callable[[], int],
                  block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
-                 revalidate_interval: float = 60.0) -> None:
+                 revalidate_interval: float = 60.0, sizing: SizingRecorder | None = None) -> None:
         self.index = index
         self.store = store
         self.remote = remote  # discovery GETs, revalidation HEADs and LISTs
@@ -81,6 +83,8 @@ class CacheBase:
         # Conditional HEADs in flight per entry id: serve-stale readers share one, and may leave it.
         self._revalidating: dict[int, asyncio.Future[tuple[Entry | None, str]]] = {}
         self.scrub = Scrub(store)  # checks block bytes in the background; hits check only headers
+        # Every object read's key and size, for the miss-ratio curves (None: one of its own).
+        self.sizing = sizing if sizing is not None else SizingRecorder(budget_bytes, dirty_bytes)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)

@@ -124,6 +124,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
             outcome = "miss"
         else:
             self._touch(entry)
+        self.sizing.record(bucket, key, entry.etag, entry.size, tenant_id, outcome != "miss")
         self._judge(conditions, entry, outcome, tenant_id)
         rng = wanted.resolve(entry.size)
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
@@ -191,6 +192,10 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         return out
 
     # ---- background upkeep -------------------------------------------------------------------
+    def publish_sizing(self) -> None:
+        """The sizing gauges of this process (predicted and measured hit ratio per bucket)."""
+        self.sizing.publish()
+
     def flush_touches(self) -> None:
         touches, self._touches = self._touches, {}
         if touches:
