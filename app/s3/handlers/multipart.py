@@ -14,7 +14,7 @@ from app.s3.handlers.common import (
     parse_copy_source,
     user_metadata,
 )
-from app.s3.handlers.objects import _copy_conditions, write_conditions
+from app.s3.handlers.objects import _source_conditions, write_conditions
 from app.s3.request import S3Request
 from app.s3.response import Response, checksum_headers
 from app.services.gateway import Gateway
@@ -67,7 +67,7 @@ async def upload_part_copy(req: S3Request, gw: Gateway) -> Response:
     src_bucket, src_key = parse_copy_source(req.headers["x-amz-copy-source"])
     etag, modified = await gw.upload_part_copy(bucket, key, req.query["uploadId"], _part_number(req),
                                                src_bucket, src_key, req.header("x-amz-copy-source-range"),
-                                               _copy_conditions(req))
+                                               _source_conditions(req, "x-amz-copy-source"))
     body = xml.document("CopyPartResult", [xml.element("LastModified", xml.iso8601(modified)),
                                            xml.element("ETag", f'"{etag}"')])
     return Response.xml(body)

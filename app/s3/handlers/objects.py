@@ -158,14 +158,15 @@ def write_conditions(req: S3Request) -> WriteConditions:
     return WriteConditions.parse(h.get("if-match"), h.get("if-none-match"), h.get("amz-sdk-invocation-id"))
 
 
-def _copy_conditions(req: S3Request) -> Callable[[ObjectMeta], None]:
+def _source_conditions(req: S3Request, header: str) -> Callable[[ObjectMeta], None]:
+    """A copy's or rename's conditions on its source (``x-amz-copy-source-if-*``,
+    ``x-amz-rename-source-if-*``), judged against the source once it is read."""
     h = req.headers
 
     def check(meta: ObjectMeta) -> None:
-        check_conditions(meta.etag, meta.last_modified, h.get("x-amz-copy-source-if-match"),
-                         h.get("x-amz-copy-source-if-none-match"),
-                         h.get("x-amz-copy-source-if-modified-since"),
-                         h.get("x-amz-copy-source-if-unmodified-since"), copy_source=True)
+        check_conditions(meta.etag, meta.last_modified, h.get(f"{header}-if-match"),
+                         h.get(f"{header}-if-none-match"), h.get(f"{header}-if-modified-since"),
+                         h.get(f"{header}-if-unmodified-since"), copy_source=True)
 
     return check
 
@@ -177,23 +178,11 @@ async def copy_object(req: S3Request, gw: Gateway) -> Response:
     if directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata directive.", ArgumentName="x-amz-metadata-directive")
     etag, modified = await gw.copy_object(bucket, key, src_bucket, src_key, directive == "REPLACE",
-                                          content_headers(req), user_metadata(req), _copy_conditions(req),
+                                          content_headers(req), user_metadata(req), _source_conditions(req, "x-amz-copy-source"),
                                           write_conditions(req), tenant_id=req.tenant_id)
     body = xml.document("CopyObjectResult", [xml.element("LastModified", xml.iso8601(modified)),
                                              xml.element("ETag", f'"{etag}"')])
     return Response.xml(body)
-
-
-def _rename_conditions(req: S3Request) -> Callable[[ObjectMeta], None]:
-    h = req.headers
-
-    def check(meta: ObjectMeta) -> None:
-        check_conditions(meta.etag, meta.last_modified, h.get("x-amz-rename-source-if-match"),
-                         h.get("x-amz-rename-source-if-none-match"),
-                         h.get("x-amz-rename-source-if-modified-since"),
-                         h.get("x-amz-rename-source-if-unmodified-since"), copy_source=True)
-
-    return check
 
 
 async def rename_object(req: S3Request, gw: Gateway) -> Response:
@@ -206,7 +195,7 @@ async def rename_object(req: S3Request, gw: Gateway) -> Response:
     if not source.lstrip("/").startswith(f"{bucket}/"):
         source = f"/{bucket}/{source.lstrip('/')}"  # any other value is a key of the target's bucket
     _, src_key = parse_copy_source(source)
-    await gw.rename_object(bucket, key, src_key, _rename_conditions(req), write_conditions(req),
+    await gw.rename_object(bucket, key, src_key, _source_conditions(req, "x-amz-rename-source"), write_conditions(req),
                            tenant_id=req.tenant_id)
     return Response(200)
 
