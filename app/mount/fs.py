@@ -14,12 +14,13 @@ What each call means (docs/posix.md has the table):
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
 import logging
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from typing import Any, TypeVar
 import pyfuse3
 import trio
 
+from app.mount import streaming
 from app.mount.handles import ReadHandle, WriteHandle
 from app.mount.inodes import ROOT, Inodes, Where, child, is_dir, parent_of
 from app.mount.metadata import Metadata
@@ -39,6 +41,30 @@ RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 
 def _fail(code: int) -> pyfuse3.FUSEError:
     return pyfuse3.FUSEError(code)
+
+
+def _guarded(op: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """An operation's unexpected error answers its caller (EIO, or the OSError's errno): pyfuse3
+    ends the whole mount on any exception that is not a FUSEError."""
+
+    @functools.wraps(op)
+    async def guarded(*args: Any) -> Any:
+        try:
+            return await op(*args)
+        except pyfuse3.FUSEError:
+            raise
+        except OSError as exc:
+            log.warning("%s: %s", op.__name__, exc)
+            raise _fail(exc.errno or errno.EIO) from exc
+        except Exception as exc:
+            log.warning("%s failed", op.__name__, exc_info=True)
+            raise _fail(errno.EIO) from exc
+
+    return guarded
+
+
+OPERATIONS = ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir", "mkdir", "rmdir", "open",
+              "create", "read", "write", "flush", "fsync", "release", "unlink", "rename", "statfs")
 
 
 class FerryFS(pyfuse3.Operations):
@@ -326,7 +352,8 @@ class FerryFS(pyfuse3.Operations):
                 await self._call(handle.stream.abort)  # at the close, not at the later release
             if not handle.dirty or handle.unlinked:
                 return
-            found = await self._call(self.objects.publish, handle.bucket, handle.key, handle.path, handle.stream)
+            found = await self._call(streaming.publish, self.objects, handle.bucket, handle.key, handle.path,
+                                     handle.stream)
             handle.dirty = False
         self.meta.changed((handle.bucket, handle.key), found)
 
@@ -413,3 +440,7 @@ class FerryFS(pyfuse3.Operations):
         s.f_files = s.f_ffree = s.f_favail = 1 << 30
         s.f_namemax = 255
         return s
+
+
+for _name in OPERATIONS:
+    setattr(FerryFS, _name, _guarded(getattr(FerryFS, _name)))

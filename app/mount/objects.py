@@ -13,15 +13,12 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import urllib3
 from botocore.config import Config
 from botocore.exceptions import ClientError
-
-if TYPE_CHECKING:
-    from app.mount.streaming import PartStream
 
 MiB = 1024 * 1024
 # A file larger than this is published as a multipart upload of PART_SIZE parts, PARALLEL_PARTS at once.
@@ -160,25 +157,21 @@ class GatewayObjects:
         finally:
             resp.release_conn()
 
-    def publish(self, bucket: str, key: str, path: Path, stream: PartStream | None = None) -> FileStat:
+    def publish(self, bucket: str, key: str, path: Path) -> FileStat:
         """The whole file as the object: one PUT (or one multipart upload of parts sent 8 at a
         time), acknowledged by the gateway once durable (fsync and journal), never visible in
         part. Bodies go as whole buffers to presigned URLs: boto3's upload_file read the file
         4 KiB at a time and hashed it for the signature (28 CPU s per GiB in the mount, measured)."""
         size = path.stat().st_size
-        if stream is not None and stream.spoiled:
-            stream.abort()  # parts of an upload that no longer matches the file
         with open(path, "rb") as fh:
-            if stream is not None and stream.usable:
-                try:
-                    stream.complete(size)  # the parts sent while the file was written, and the tail
-                except BaseException:
-                    stream.abort()
-                    raise
-            elif size <= MULTIPART_THRESHOLD:
+            if size <= MULTIPART_THRESHOLD:
                 self._put(self._presigned("put_object", Bucket=bucket, Key=key), os.pread(fh.fileno(), size, 0))
             else:
                 self._put_multipart(bucket, key, fh.fileno(), size)
+        return self.published(bucket, key)
+
+    def published(self, bucket: str, key: str) -> FileStat:
+        """The object just published, as the gateway now describes it."""
         found = self.stat(bucket, key)
         if found is None:
             raise ObjectError("NoSuchKey", f"{bucket}/{key} vanished after its upload")

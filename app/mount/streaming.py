@@ -15,9 +15,10 @@ import contextlib
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from app.mount.objects import MULTIPART_THRESHOLD, PART_SIZE, GatewayObjects
+from app.mount.objects import MULTIPART_THRESHOLD, PART_SIZE, FileStat, GatewayObjects
 
 log = logging.getLogger("ferry.mount")
 
@@ -44,7 +45,11 @@ class PartStream:
             return
         while end >= self.sent_upto + PART_SIZE:
             if self.upload_id is None:
-                self.upload_id = self.objects.open_upload(self.bucket, self.key)
+                try:
+                    self.upload_id = self.objects.open_upload(self.bucket, self.key)
+                except Exception as exc:  # the publish then sends the file whole (and reports)
+                    self.spoil(f"no upload opened: {exc}")
+                    return
             number = self.sent_upto // PART_SIZE + 1
             self._parts[number] = self.pool.submit(self.objects.send_part, self.bucket, self.key, self.upload_id,
                                                    number, self.fd, self.sent_upto, PART_SIZE)
@@ -83,3 +88,18 @@ class PartStream:
         if upload is not None:
             with contextlib.suppress(Exception):
                 self.objects.abort_upload(self.bucket, self.key, upload)
+
+
+def publish(objects: GatewayObjects, bucket: str, key: str, path: Path, stream: PartStream | None) -> FileStat:
+    """The file as the object: by completing the parts sent while it was written (the tail sent
+    now) when they still match it, else whole (``GatewayObjects.publish``)."""
+    if stream is not None and stream.spoiled:
+        stream.abort()  # parts of an upload that no longer matches the file
+    if stream is None or not stream.usable:
+        return objects.publish(bucket, key, path)
+    try:
+        stream.complete(path.stat().st_size)
+    except BaseException:
+        stream.abort()
+        raise
+    return objects.published(bucket, key)

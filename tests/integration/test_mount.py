@@ -364,6 +364,10 @@ def test_kill9_of_the_gateway_mid_write_keeps_fsynced_bytes(seaweed: SeaweedServ
             assert body(s3, name, "synced.bin") == synced
             if "big.bin" in keys(s3, name):
                 assert hashlib.md5(body(s3, name, "big.bin")).digest() == hashlib.md5(big).digest()
-            assert (root / "synced.bin").read_bytes() == synced  # the mount goes on with the new gateway
+            try:
+                assert (root / "synced.bin").read_bytes() == synced  # the mount goes on with the new gateway
+            except OSError:
+                print(m.log_tail(20000))
+                raise
         g.flush(name)
         assert body(remote_client(seaweed), name, "synced.bin") == synced
