@@ -14,13 +14,9 @@ What each call means (docs/posix.md has the table):
 from __future__ import annotations
 
 import errno
-import functools
 import itertools
-import logging
 import os
-import stat
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,39 +25,15 @@ import pyfuse3
 import trio
 
 from app.mount import streaming
+from app.mount.attributes import Attributes, statfs
+from app.mount.errors import answer, fail, guard
 from app.mount.handles import ReadHandle, WriteHandle
 from app.mount.inodes import ROOT, Inodes, Where, child, is_dir, parent_of
 from app.mount.metadata import Metadata
-from app.mount.objects import PARALLEL_PARTS, FileStat, GatewayObjects, ObjectError
+from app.mount.objects import PARALLEL_PARTS, FileStat, GatewayObjects
 
-log = logging.getLogger("ferry.mount")
 T = TypeVar("T")
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
-
-
-def _fail(code: int) -> pyfuse3.FUSEError:
-    return pyfuse3.FUSEError(code)
-
-
-def _guarded(op: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """An operation's unexpected error answers its caller (EIO, or the OSError's errno): pyfuse3
-    ends the whole mount on any exception that is not a FUSEError."""
-
-    @functools.wraps(op)
-    async def guarded(*args: Any) -> Any:
-        try:
-            return await op(*args)
-        except pyfuse3.FUSEError:
-            raise
-        except OSError as exc:
-            log.warning("%s: %s", op.__name__, exc)
-            raise _fail(exc.errno or errno.EIO) from exc
-        except Exception as exc:
-            log.warning("%s failed", op.__name__, exc_info=True)
-            raise _fail(errno.EIO) from exc
-
-    return guarded
-
 
 OPERATIONS = ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir", "mkdir", "rmdir", "open",
               "create", "read", "write", "flush", "fsync", "release", "unlink", "rename", "statfs")
@@ -88,46 +60,18 @@ class FerryFS(pyfuse3.Operations):
         self._dirs: dict[int, list[tuple[str, Where]]] = {}
         self._handles = itertools.count(1)
         self._versions: dict[int, str | None] = {}  # inode -> the version its page cache holds
-        self.uid, self.gid = os.getuid(), os.getgid()
-        self.started_ns = time.time_ns()
+        self.attributes = Attributes(cache_seconds, read_only)
 
     # ---- the gateway, in threads ---------------------------------------------------------------
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
             return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
-        except ObjectError as exc:
-            if exc.code == "Stale":
-                raise _fail(errno.ESTALE) from exc
-            log.info("%s: %s", getattr(fn, "__name__", fn), exc)
-            raise _fail(exc.errno or errno.EIO) from exc
-        except OSError as exc:
-            raise _fail(exc.errno or errno.EIO) from exc
         except Exception as exc:
-            log.warning("%s failed", getattr(fn, "__name__", fn), exc_info=True)
-            raise _fail(errno.EIO) from exc
+            raise answer(exc, getattr(fn, "__name__", repr(fn))) from exc
 
     # ---- attributes ----------------------------------------------------------------------------
     def _attrs(self, where: Where, found: FileStat | None, size: int | None = None) -> pyfuse3.EntryAttributes:
-        a = pyfuse3.EntryAttributes()
-        a.st_ino = self.inodes.number(where)
-        a.entry_timeout = a.attr_timeout = self.cache_seconds
-        a.st_uid, a.st_gid = self.uid, self.gid
-        write_bits = 0 if self.read_only else 0o200
-        if found is None and size is None:
-            a.st_mode = stat.S_IFDIR | 0o555 | write_bits
-            a.st_nlink = 2
-            a.st_size = 0
-            # A prefix has no time of its own: the mount's start, so it never seems to change (tar checks).
-            a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = self.started_ns
-        else:
-            a.st_mode = stat.S_IFREG | 0o444 | write_bits
-            a.st_nlink = 1
-            a.st_size = size if size is not None else (found.size if found else 0)
-            mtime = found.mtime_ns if found else int(time.time() * 1e9)
-            a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime
-        a.st_blksize = 1024 * 1024
-        a.st_blocks = (a.st_size + 511) // 512
-        return a
+        return self.attributes.of(self.inodes.number(where), found, size)
 
     async def _resolve(self, where: Where) -> pyfuse3.EntryAttributes:
         """Attributes of a file ``where`` names, or of the directory of the same name."""
@@ -142,25 +86,25 @@ class FerryFS(pyfuse3.Operations):
                 return self._attrs(child(parent_of(where), name, directory=True), None)
             if name in cached.files:
                 return self._attrs(where, cached.files[name])
-            raise _fail(errno.ENOENT)
+            raise fail(errno.ENOENT)
         if await self._call(self.objects.has_under, bucket, f"{key}/"):
             return self._attrs((bucket, f"{key}/"), None)
         found = await self.meta.file_stat(where)
         if found is None:
-            raise _fail(errno.ENOENT)
+            raise fail(errno.ENOENT)
         return self._attrs(where, found)
 
     def _where(self, inode: int) -> Where:
         where = self.inodes.where(inode)
         if where is None:
-            raise _fail(errno.ENOENT)
+            raise fail(errno.ENOENT)
         return where
 
     @staticmethod
     def _name(name: bytes) -> str:
         text = os.fsdecode(name)
         if text in ("", ".", "..") or "/" in text:
-            raise _fail(errno.ENOENT)
+            raise fail(errno.ENOENT)
         return text
 
     async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> pyfuse3.EntryAttributes:
@@ -170,7 +114,7 @@ class FerryFS(pyfuse3.Operations):
             if text not in await self.meta.buckets():
                 self.meta.forget(ROOT)  # a bucket made a moment ago: ask again
                 if text not in await self.meta.buckets():
-                    raise _fail(errno.ENOENT)
+                    raise fail(errno.ENOENT)
             return self._attrs((text, ""), None)
         return await self._resolve(child(parent, text, directory=False))
 
@@ -183,7 +127,7 @@ class FerryFS(pyfuse3.Operations):
             return self._attrs(where, self.meta.known(where), size=writer[0].size)
         found = await self.meta.file_stat(where)
         if found is None:
-            raise _fail(errno.ENOENT)
+            raise fail(errno.ENOENT)
         return self._attrs(where, found)
 
     async def setattr(self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any) -> pyfuse3.EntryAttributes:
@@ -193,7 +137,7 @@ class FerryFS(pyfuse3.Operations):
         where = self._where(inode)
         if fields.update_size:
             if self.read_only:
-                raise _fail(errno.EROFS)
+                raise fail(errno.EROFS)
             writer = self._writers.get(where)
             if writer is not None:
                 async with writer[0].lock:
@@ -205,7 +149,7 @@ class FerryFS(pyfuse3.Operations):
                 finally:
                     handle.close()
             else:
-                raise _fail(errno.EOPNOTSUPP)
+                raise fail(errno.EOPNOTSUPP)
         return await self.getattr(inode, ctx)
 
     # ---- directories ---------------------------------------------------------------------------
@@ -244,9 +188,9 @@ class FerryFS(pyfuse3.Operations):
     async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> pyfuse3.EntryAttributes:
         parent = self._where(parent_inode)
         if self.read_only:
-            raise _fail(errno.EROFS)
+            raise fail(errno.EROFS)
         if parent == ROOT:
-            raise _fail(errno.EPERM)  # buckets are made through S3 or the admin API
+            raise fail(errno.EPERM)  # buckets are made through S3 or the admin API
         where = child(parent, self._name(name), directory=True)
         await self._call(self.objects.make_dir, *where)
         self.meta.changed(where)
@@ -255,12 +199,12 @@ class FerryFS(pyfuse3.Operations):
     async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
         parent = self._where(parent_inode)
         if self.read_only:
-            raise _fail(errno.EROFS)
+            raise fail(errno.EROFS)
         if parent == ROOT:
-            raise _fail(errno.EPERM)
+            raise fail(errno.EPERM)
         bucket, prefix = child(parent, self._name(name), directory=True)
         if await self._call(self.objects.has_under, bucket, prefix, prefix):
-            raise _fail(errno.ENOTEMPTY)
+            raise fail(errno.ENOTEMPTY)
         await self._call(self.objects.delete, bucket, prefix)
         self.meta.changed((bucket, prefix))
         self.inodes.drop((bucket, prefix))
@@ -269,7 +213,7 @@ class FerryFS(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
         where = self._where(inode)
         if is_dir(where):
-            raise _fail(errno.EISDIR)
+            raise fail(errno.EISDIR)
         handle: ReadHandle | WriteHandle
         if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
             handle = await self._open_writer(where, flags)
@@ -279,7 +223,7 @@ class FerryFS(pyfuse3.Operations):
         else:
             found = await self.meta.file_stat(where)
             if found is None:
-                raise _fail(errno.ENOENT)
+                raise fail(errno.ENOENT)
             handle = ReadHandle(self.objects, where[0], where[1], found, self.spawn, self.limiter)
         fh = next(self._handles)
         self._open[fh] = handle
@@ -292,7 +236,7 @@ class FerryFS(pyfuse3.Operations):
 
     async def _open_writer(self, where: Where, flags: int) -> WriteHandle:
         if self.read_only:
-            raise _fail(errno.EROFS)
+            raise fail(errno.EROFS)
         writer = self._writers.get(where)
         if writer is not None:
             if flags & os.O_TRUNC:
@@ -301,7 +245,7 @@ class FerryFS(pyfuse3.Operations):
             return self._share(where, writer[0])
         found = await self.meta.file_stat(where)
         if found is not None and found.size > 0 and not flags & os.O_TRUNC:
-            raise _fail(errno.EOPNOTSUPP)  # no writes into an existing object's bytes: O_TRUNC rewrites
+            raise fail(errno.EOPNOTSUPP)  # no writes into an existing object's bytes: O_TRUNC rewrites
         handle = WriteHandle.create(self.staging, *where, objects=self.objects, pool=self.part_pool)
         self._writers[where] = (handle, 1)
         return handle
@@ -315,9 +259,9 @@ class FerryFS(pyfuse3.Operations):
                      ctx: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent = self._where(parent_inode)
         if self.read_only:
-            raise _fail(errno.EROFS)
+            raise fail(errno.EROFS)
         if parent == ROOT:
-            raise _fail(errno.EPERM)
+            raise fail(errno.EPERM)
         where = child(parent, self._name(name), directory=False)
         handle = await self._open_writer(where, flags | os.O_TRUNC)
         self._versions.pop(self.inodes.number(where), None)
@@ -329,7 +273,7 @@ class FerryFS(pyfuse3.Operations):
     def _handle(self, fh: int) -> ReadHandle | WriteHandle:
         handle = self._open.get(fh)
         if handle is None:
-            raise _fail(errno.EBADF)
+            raise fail(errno.EBADF)
         return handle
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -341,7 +285,7 @@ class FerryFS(pyfuse3.Operations):
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         handle = self._handle(fh)
         if not isinstance(handle, WriteHandle):
-            raise _fail(errno.EBADF)
+            raise fail(errno.EBADF)
         async with handle.lock:
             return handle.write(off, buf)
 
@@ -387,7 +331,7 @@ class FerryFS(pyfuse3.Operations):
     async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
         parent = self._where(parent_inode)
         if self.read_only:
-            raise _fail(errno.EROFS)
+            raise fail(errno.EROFS)
         where = child(parent, self._name(name), directory=False)
         writer = self._writers.get(where)
         if writer is not None:
@@ -399,17 +343,17 @@ class FerryFS(pyfuse3.Operations):
     async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes,
                      flags: int, ctx: Any) -> None:
         if self.read_only:
-            raise _fail(errno.EROFS)
+            raise fail(errno.EROFS)
         if flags & RENAME_EXCHANGE:
-            raise _fail(errno.EINVAL)
+            raise fail(errno.EINVAL)
         old = child(self._where(parent_inode_old), self._name(name_old), directory=False)
         new = child(self._where(parent_inode_new), self._name(name_new), directory=False)
         if not old[0] or not new[0] or old[1] == "" or new[1] == "":
-            raise _fail(errno.EPERM)
+            raise fail(errno.EPERM)
         if is_dir(await self._resolve_where(old)):
-            raise _fail(errno.EXDEV)  # a directory is many objects: mv copies them one by one
+            raise fail(errno.EXDEV)  # a directory is many objects: mv copies them one by one
         if old[0] != new[0]:
-            raise _fail(errno.EXDEV)
+            raise fail(errno.EXDEV)
         writer = self._writers.get(old)
         if writer is not None:
             await self._publish(old, writer[0])
@@ -428,19 +372,14 @@ class FerryFS(pyfuse3.Operations):
         return found if found is not None else where
 
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
-        raise _fail(errno.EPERM)  # an object has one name
+        raise fail(errno.EPERM)  # an object has one name
 
     async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
-        raise _fail(errno.EPERM)  # S3 has no links
+        raise fail(errno.EPERM)  # S3 has no links
 
     async def statfs(self, ctx: Any) -> pyfuse3.StatvfsData:
-        s = pyfuse3.StatvfsData()
-        s.f_bsize = s.f_frsize = 1024 * 1024
-        s.f_blocks = s.f_bfree = s.f_bavail = 1 << 30
-        s.f_files = s.f_ffree = s.f_favail = 1 << 30
-        s.f_namemax = 255
-        return s
+        return statfs()
 
 
 for _name in OPERATIONS:
-    setattr(FerryFS, _name, _guarded(getattr(FerryFS, _name)))
+    setattr(FerryFS, _name, guard(getattr(FerryFS, _name)))
