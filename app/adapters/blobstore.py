@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _ID_ALPHABET = set("0123456789abcdef")
+DROP = ".drop"  # ``tmp/<id>.drop``: a blob a commit is releasing (``pending``), not one being written
+# A drop intent older than this names a blob its releasing commit has had time to release: once no
+# row references it, nothing will (a worker killed between the commit and the unlink left it).
+DROP_AFTER = 10.0
 _IOV_MAX = 1024  # buffers per writev (Linux's IOV_MAX)
 
 
@@ -119,15 +123,21 @@ class BlobStore:
 
     def pending(self, blob_id: str) -> None:
         """Record the intent to drop a blob (``delete`` completes it, ``settle`` undoes it): if
-        the process dies in between, ``recover`` drops the blob unless a row still holds it."""
+        the process dies in between, ``recover`` (at a restart) or ``collect`` (while running,
+        after ``DROP_AFTER``) drops the blob unless a row still holds it. Named apart from a
+        commit's intent, whose blob no row references *yet*, so it can be judged sooner."""
         with contextlib.suppress(FileExistsError, FileNotFoundError):
-            os.link(self.path(blob_id), self.tmp / blob_id)
+            os.link(self.path(blob_id), self.tmp / f"{blob_id}{DROP}")
 
     def settle(self, blob_id: str) -> None:
-        """A catalog row now references the blob: drop its intent record."""
+        """A catalog row now references the blob (or still does): drop its intent records."""
         self.path(blob_id)  # validates the id
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.tmp / blob_id)
+        self._forget_intents(blob_id)
+
+    def _forget_intents(self, blob_id: str) -> None:
+        for name in (blob_id, f"{blob_id}{DROP}"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp / name)
 
     def intend_drop(self, blob_ids: list[str]) -> None:
         """``pending`` for each blob a catalog commit is about to release (ids of another node's
@@ -145,8 +155,14 @@ class BlobStore:
     def delete(self, blob_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path(blob_id))
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.tmp / blob_id)
+        self._forget_intents(blob_id)
+
+    @staticmethod
+    def _intent(name: str) -> tuple[str, bool] | None:
+        """(blob id, whether it is a drop intent) of a ``tmp/`` name that is an intent record."""
+        drop = name.endswith(DROP)
+        blob_id = name[: -len(DROP)] if drop else name
+        return (blob_id, drop) if len(blob_id) == 32 and set(blob_id) <= _ID_ALPHABET else None
 
     def size(self, blob_id: str) -> int:
         return self.path(blob_id).stat().st_size
@@ -154,8 +170,8 @@ class BlobStore:
     def recover(self, referenced: Callable[[list[str]], set[str]]) -> int:
         """After a crash: drop committed blobs that no catalog row references (see ``commit``),
         then every body that never completed. ``referenced(ids)`` says which ids rows hold."""
-        pending = [e.name for e in os.scandir(self.tmp)
-                   if len(e.name) == 32 and set(e.name) <= _ID_ALPHABET and self.path(e.name).exists()]
+        intents = [self._intent(e.name) for e in os.scandir(self.tmp)]
+        pending = sorted({i[0] for i in intents if i is not None and self.path(i[0]).exists()})
         if pending:
             keep = referenced(pending)
             for blob_id in pending:
@@ -164,27 +180,38 @@ class BlobStore:
                         os.unlink(self.path(blob_id))
         return self.clear_tmp()
 
-    def collect(self, referenced: Callable[[list[str]], set[str]], older_than: float, now: float | None = None) -> int:
+    def collect(self, referenced: Callable[[list[str]], set[str]], older_than: float, now: float | None = None,
+                drop_after: float = DROP_AFTER) -> int:
         """While running: drop committed blobs whose intent record (see ``commit``) is older than
         ``older_than`` seconds and that no catalog row references. These are copies accepted for
         another node's write that never committed (its node died between the copy and its row),
-        and writes of this node that failed after their commit: without this, only a restart
-        (``recover``) would drop them. Returns how many were dropped."""
+        and writes of this node that failed after their commit. A drop intent (``pending``) is
+        judged after ``drop_after``: a destage worker killed between its row's final commit and
+        the unlink. Without this, only a restart (``recover``) would drop them. A drop intent
+        whose blob a row still holds after ``older_than`` (its commit failed) is forgotten: the
+        row's own release records a new one. Returns how many blobs were dropped."""
         now = time.time() if now is None else now
-        old = []
+        old: dict[str, bool] = {}
         for entry in os.scandir(self.tmp):
-            if len(entry.name) != 32 or not set(entry.name) <= _ID_ALPHABET:
+            intent = self._intent(entry.name)
+            if intent is None:
                 continue
+            blob_id, drop = intent
             with contextlib.suppress(FileNotFoundError):
-                # The intent is a hard link made at commit: its ctime is when the blob was committed.
-                if now - entry.stat().st_ctime >= older_than and self.path(entry.name).exists():
-                    old.append(entry.name)
+                # An intent is a hard link of the blob: its ctime is when the last link was made.
+                age = now - entry.stat().st_ctime
+                if age >= (drop_after if drop else older_than) and self.path(blob_id).exists():
+                    old[blob_id] = old.get(blob_id, False) or (drop and age >= older_than)
         if not old:
             return 0
-        keep = referenced(old)
+        keep = referenced(sorted(old))
         dropped = [blob_id for blob_id in old if blob_id not in keep]
         for blob_id in dropped:
             self.delete(blob_id)
+        for blob_id in keep:
+            if old.get(blob_id):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.tmp / f"{blob_id}{DROP}")
         return len(dropped)
 
     def clear_tmp(self) -> int:

@@ -151,7 +151,8 @@ def describe_blob(node: FleetNode, blob_id: str) -> str:
     """What a leaked blob is: its age, whether a drop intent names it, which rows (any state) do."""
     path = _blob_files(node.gw.data_dir).get(blob_id)
     age = f"{time.time() - path.stat().st_mtime:.0f}s old" if path is not None and path.exists() else "gone"
-    intent = (node.gw.data_dir / "tmp" / blob_id).exists()
+    tmp = node.gw.data_dir / "tmp"
+    intent = (tmp / blob_id).exists() or (tmp / f"{blob_id}.drop").exists()
     engine = create_engine(node.database_url)
     try:
         with engine.connect() as conn:

@@ -4,13 +4,14 @@ the blobs are named by drop intents before the commit, and the restart's recover
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
 
-from app.adapters.blobstore import BlobStore
+from app.adapters.blobstore import DROP_AFTER, BlobStore
 from app.adapters.catalog.journal import Journal
 from app.adapters.catalog.repo import Catalog
 from app.domain.objects import PartInfo
@@ -78,3 +79,28 @@ def test_an_intent_whose_commit_failed_keeps_the_blob(catalog: Catalog, tmp_path
     store.intend_drop([blob])  # as the failed commit's callback did
     _recover(store, catalog)
     assert _files(store) == {blob}
+
+
+def test_a_worker_killed_after_its_release_commit_leaks_nothing_while_the_node_runs(catalog: Catalog,
+                                                                                   tmp_path: Path) -> None:
+    """A destage worker killed between a row's final commit and the unlink (no restart of the
+    node follows): the running node's collect drops the blob once its drop intent is
+    ``DROP_AFTER`` old; a commit's intent (a blob no row references *yet*) waits the long grace."""
+    store = BlobStore(tmp_path / "data", fsync=False)
+    released = _blob(store, b"released")
+    store.intend_drop([released])  # the commit that released it went through, then the kill
+    staging = store.open_staging()
+    staging.write(b"being written")
+    in_flight = store.commit(staging)  # its row is not committed yet
+    held = _blob(store, b"held")
+    catalog.put_part("u1", _part(1, b"x"), held, None, store.intend_drop)
+    store.intend_drop([held])  # a release whose commit failed: a row still holds it
+    referenced = Journal(catalog.engine, "unit").blobs_referenced
+    now = time.time()
+    assert store.collect(referenced, older_than=3600, now=now) == 0  # too young yet
+    assert store.collect(referenced, older_than=3600, now=now + DROP_AFTER + 1) == 1
+    assert _files(store) == {in_flight, held}
+    assert (store.tmp / f"{held}.drop").exists()  # kept while it may still be released
+    assert store.collect(referenced, older_than=3600, now=now + 3601) == 1  # the orphaned commit
+    assert _files(store) == {held}
+    assert not (store.tmp / f"{held}.drop").exists()  # the failed release's intent is forgotten
