@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     cache_revalidate: Literal["immutable", "ttl", "always"] = "ttl"
     cache_ttl_seconds: float = Field(300.0, ge=0)
     cache_serve_stale: bool = False
-    cache_admission: Literal["always", "second-hit"] = "always"
+    cache_admission: Literal["frequency", "always", "second-hit"] = "frequency"
     cache_revalidate_interval: float = Field(60.0, ge=0, description="Bulk revalidation period; 0 = off.")
     policies: list[dict[str, Any]] = Field(default_factory=list,
                                            description="Policy rules seeded into the catalog at start.")

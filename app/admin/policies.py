@@ -20,7 +20,7 @@ POLICY_BUCKET_PATTERN = r"^(\*|[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])$"
 PolicyBucket = Annotated[str, StringConstraints(pattern=POLICY_BUCKET_PATTERN)]
 Mode = Literal["write-back", "write-through", "read-only", "bypass"]
 Revalidate = Literal["immutable", "ttl", "always"]
-Admission = Literal["always", "second-hit"]
+Admission = Literal["frequency", "always", "second-hit"]
 Replicas = Annotated[int, Field(ge=1, le=2, description="Fleet: 2 acknowledges a write once a second node holds it.")]
 Seconds = Annotated[float, Field(ge=0, le=10**9, allow_inf_nan=False)]
 PolicyIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]

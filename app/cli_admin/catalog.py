@@ -154,7 +154,7 @@ def policies_set(
     ttl: Annotated[float | None, typer.Option(help="Seconds a cached object is fresh (revalidate=ttl).")] = None,
     serve_stale: Annotated[bool | None, typer.Option("--serve-stale/--no-serve-stale")] = None,
     pinned: Annotated[bool | None, typer.Option("--pinned/--no-pinned")] = None,
-    admission: Annotated[str | None, typer.Option(help="always | second-hit")] = None,
+    admission: Annotated[str | None, typer.Option(help="frequency | always | second-hit")] = None,
     quota: Annotated[str | None, typer.Option(help="Cache quota for the prefix, e.g. 50GiB.")] = None,
     write_replicas: Annotated[int | None, typer.Option(help="1 | 2: nodes holding a write before its answer (fleet).")] = None,
     url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False,

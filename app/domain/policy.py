@@ -13,7 +13,7 @@ from app.domain.errors import S3Error
 
 MODES = ("write-back", "write-through", "read-only", "bypass")
 REVALIDATIONS = ("immutable", "ttl", "always")
-ADMISSIONS = ("always", "second-hit")
+ADMISSIONS = ("frequency", "always", "second-hit")
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Policy:
     ttl_seconds: float = 300.0
     serve_stale: bool = False
     pinned: bool = False
-    admission: str = "always"
+    admission: str = "frequency"
     quota_bytes: int | None = None
     write_replicas: int = 1  # fleet: nodes that hold a buffered write durably before it is acknowledged
 

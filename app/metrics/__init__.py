@@ -23,6 +23,7 @@ from app.metrics.catalog import (
     TenantUsage,
 )
 from app.metrics.definitions import (
+    CACHE_ADMISSIONS,
     CACHE_BYTES,
     CACHE_CORRUPT,
     CACHE_EVICTED_BYTES,
@@ -51,6 +52,7 @@ from app.metrics.definitions import (
     REVALIDATIONS,
     SINGLEFLIGHT_WAITS,
     UNKNOWN_OPERATION,
+    admission_decided,
     cache_corrupt,
     destage_outcome,
     evicted,
@@ -89,6 +91,7 @@ from app.metrics.http_requests import (
 )
 
 __all__ = [
+    "CACHE_ADMISSIONS",
     "CACHE_BYTES",
     "CACHE_CORRUPT",
     "CACHE_EVICTED_BYTES",
@@ -123,6 +126,7 @@ __all__ = [
     "RequestStats",
     "StatsSource",
     "TenantUsage",
+    "admission_decided",
     "cache_corrupt",
     "cache_outcome",
     "current_outcome",

@@ -15,6 +15,9 @@ CACHE_REQUESTS = Counter("ferry_cache_requests_total", "Object reads by cache ou
 CACHE_BYTES = Counter("ferry_cache_served_bytes_total", "Bytes served to clients by cache outcome",
                       ["bucket", "outcome"])
 CACHE_EVICTIONS = Counter("ferry_cache_evictions_total", "Cache entries evicted", ["reason"])
+CACHE_ADMISSIONS = Counter("ferry_cache_admissions_total",
+                           "Misses judged by frequency admission: room (cached, nothing evicted), admitted (cached "
+                           "in place of less frequent entries) or refused (read through uncached)", ["decision"])
 CACHE_EVICTED_BYTES = Counter("ferry_cache_evicted_bytes_total", "Bytes evicted from the cache", ["reason"])
 REMOTE_FETCH_BYTES = Counter("ferry_cache_remote_fetch_bytes_total", "Bytes fetched from the remote to fill the cache")
 CACHE_CORRUPT = Counter("ferry_cache_corrupt_fills_total",
@@ -30,6 +33,10 @@ REVALIDATIONS = Counter("ferry_cache_revalidations_total", "Revalidations of cac
 def evicted(reason: str, entries: int, nbytes: int) -> None:
     CACHE_EVICTIONS.labels(reason).inc(entries)
     CACHE_EVICTED_BYTES.labels(reason).inc(nbytes)
+
+
+def admission_decided(decision: str) -> None:
+    CACHE_ADMISSIONS.labels(decision).inc()
 
 
 def remote_fetched(nbytes: int) -> None:

@@ -528,9 +528,12 @@ def test_herd_on_a_small_cold_object_across_4_workers_makes_one_remote_get(proxy
 # Capacity: budget, pinning, dirty data, tenant quotas
 
 
+@pytest.mark.parametrize("admission", ["always", "frequency"])
 def test_eviction_respects_budget_pins_and_dirty_data(proxy: CountingProxy, cbucket: str, remote: Any,
-                                                      tmp_path: Path) -> None:
-    env = cache_env(FERRY_CACHE_BYTES=str(24 * MiB))
+                                                      tmp_path: Path, admission: str) -> None:
+    """LRU (``always``) evicts the scan's older keys; frequency admission refuses the scan's keys
+    once the cache is full. Both keep the budget, the pinned objects and the dirty data."""
+    env = cache_env(FERRY_CACHE_BYTES=str(24 * MiB), FERRY_CACHE_ADMISSION=admission)
     with GatewayProcess(proxy, tmp_path / "evict", env=env) as gw:
         pinned = {f"pin/p{i}": os.urandom(2 * MiB) for i in range(3)}
         for key, data in pinned.items():
@@ -555,7 +558,7 @@ def test_eviction_respects_budget_pins_and_dirty_data(proxy: CountingProxy, cbuc
         db.close()
         assert sum(cached.values()) <= 24 * MiB
         assert all(cached.get(k) == 2 * MiB for k in pinned), "pinned objects were evicted"
-        assert len([k for k in cached if k.startswith("evict/")]) < 16, "nothing was evicted"
+        assert len([k for k in cached if k.startswith("evict/")]) < 16, "the scan was all kept"
         proxy.reset()
         for key, data in pinned.items():
             assert read(gw, cbucket, key) == data
@@ -564,7 +567,11 @@ def test_eviction_respects_budget_pins_and_dirty_data(proxy: CountingProxy, cbuc
         assert gw.flush()["durable"]
         assert remote.get_object(Bucket=cbucket, Key="dirty/obj")["Body"].read() == dirty
         client.close()
-        assert "ferry_cache_evictions_total" in metrics_text(gw)
+        text = metrics_text(gw)
+        if admission == "always":
+            assert "ferry_cache_evictions_total" in text
+        else:
+            assert 'ferry_cache_admissions_total{decision="refused"}' in text
 
 
 def test_tenant_quota_is_enforced(proxy: CountingProxy, cbucket: str, remote: Any, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import anyio.to_thread
 
 from app.domain.cache import Entry, block_name
 from app.services.budget import DiskReserve
+from app.services.cache.admission import FrequencyAdmission
 from app.services.cache.scrub import Scrub
 from app.services.policies import PolicyBook
 from app.services.ports import BlockSource, BlockStore, CacheIndex, RemotePort
@@ -85,6 +86,8 @@ class CacheBase:
         self.scrub = Scrub(store)  # checks block bytes in the background; hits check only headers
         # Every object read's key and size, for the miss-ratio curves (None: one of its own).
         self.sizing = sizing if sizing is not None else SizingRecorder(budget_bytes, dirty_bytes)
+        # Whether a miss that needs room is cached (admission.py): counts of every read.
+        self.admission = FrequencyAdmission(index, policies, dirty_bytes, budget_bytes, self._drop_sync)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)

@@ -24,8 +24,10 @@ class Discovery(CacheBase):
     """Discovering versions and writing their rows. Uses ``_start_fill`` (fill.py)."""
 
     async def discover(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
-                       tenant_id: int | None, *, whole: bool = False) -> Entry | None:
-        """Learn the current version with one GET and start caching; single-flight per key."""
+                       tenant_id: int | None, *, whole: bool = False, gate: bool = True) -> Entry | None:
+        """Learn the current version with one GET and start caching; single-flight per key.
+        ``gate``: a new key passes frequency admission (admission.py) before it is kept; staging
+        does not ask."""
         k = (bucket, key)
         running = self._discovering.get(k)
         if running is not None and running.done() and running.exception() is None:
@@ -44,7 +46,7 @@ class Discovery(CacheBase):
         self._discovering[k] = future
         self._discovery_began[future] = time.time()
         try:
-            entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole)
+            entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole, gate)
         except BaseException as exc:
             self._discovering.pop(k, None)
             future.set_exception(exc)
@@ -59,8 +61,12 @@ class Discovery(CacheBase):
         return entry
 
     def _settle(self, rec: Recording, block_bytes: int, loop: asyncio.AbstractEventLoop) -> Entry | None:
-        """Write a discovered version's row (in a thread); always releases the discovery."""
+        """Write a discovered version's row (in a thread); always releases the discovery. A
+        version admission refused gets no row: its readers were served, the next read asks again."""
         entry: Entry | None = None
+        if rec.refused:
+            self._release_discovery(rec, None, loop)
+            return None
         try:
             entry = self.index.put_ready(rec.meta, rec.bucket, rec.block_size, rec.tenant_id, rec.pinned,
                                          rec.started, rec.cached_bytes + block_bytes)
@@ -97,7 +103,7 @@ class Discovery(CacheBase):
                 self._discovering.pop(k, None)
 
     async def _discover_locked(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
-                               tenant_id: int | None, whole: bool) -> Entry | None:
+                               tenant_id: int | None, whole: bool, gate: bool) -> Entry | None:
         lock = meta_lock_name(bucket, key)
         started = time.time()
         delay = LOCK_POLL
@@ -127,6 +133,9 @@ class Discovery(CacheBase):
                             self._carried_bytes(old) if old is not None and same else 0, lock,
                             old if old is not None and not same else None,
                             ranged=not whole and not meta.checksums and meta.size > 0)
+            # A key the cache holds no row of is a newcomer: kept only if admission says so.
+            rec.refused = gate and old is None and not await self._run(self.admission.decide, bucket, key,
+                                                                        meta.size, policy)
             entry = rec.provisional()
             name = self._name(entry, index)
             length = entry.block_length(index)

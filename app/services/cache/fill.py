@@ -212,6 +212,7 @@ class Filling(CacheBase):
         if isinstance(entry, PendingEntry) and body is not None:
             job.rec = entry.recording
             job.single = job.rec is not None and entry.blocks == 1
+            job.keep = job.rec is None or not job.rec.refused  # refused by admission: served, not kept
         # A fill that holds a whole object (a one-block object's discovery GET) is checked against
         # the checksum the remote stored, when it sent one: corrupt bytes are never published.
         if job.single and length == entry.size:

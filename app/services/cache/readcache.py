@@ -109,7 +109,15 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         the stream may yield ``FileRange`` items (for a server that sends files itself).
         ``conditions`` are judged from an entry the cache serves before anything else happens,
         so a 304 or 412 the index can answer costs no remote request, even with its blocks gone;
-        a miss judges them once its discovery told the version (its fill goes on)."""
+        a miss judges them once its discovery told the version (its fill goes on). Every read
+        counts for frequency admission, after the cache decided about this one."""
+        try:
+            return await self._read(bucket, key, wanted, policy, tenant_id, known, file_ranges, conditions)
+        finally:
+            self.admission.record(bucket, key, from_start=wanted.first_byte == 0)
+
+    async def _read(self, bucket: str, key: str, wanted: RangeRequest, policy: Policy, tenant_id: int | None,
+                    known: Any, file_ranges: bool, conditions: Conditions) -> CachedRead | None:
         entry, outcome = await self.current(bucket, key, policy, known)
         if entry is None:
             if self.disk_low() or (policy.admission == "second-hit"
@@ -163,7 +171,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         if entry is None:
             # A whole-object GET, as a client's first read would be: its answer carries the
             # stored checksums, which a ranged one does not.
-            entry = await self.discover(bucket, key, 0, policy, tenant_id, whole=True)
+            entry = await self.discover(bucket, key, 0, policy, tenant_id, whole=True, gate=False)
             if entry is None:
                 return 0
         blocks = range(entry.blocks) if entry.size else range(0)

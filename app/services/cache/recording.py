@@ -33,6 +33,7 @@ class Recording:
     lock: str  # the discovery lock, released once the row is written (or given up)
     replaced: Entry | None  # the previous version's row, whose blocks go with it
     ranged: bool = False  # discovered by a ranged GET: S3 sent no stored checksums with it
+    refused: bool = False  # frequency admission said no: the discovery's bytes are served, not kept
     entry_id: int | None = None
     settled: threading.Event = field(default_factory=threading.Event)
 

@@ -1,0 +1,147 @@
+"""Frequency admission: whether a miss is cached when caching it would push something else out.
+
+LRU admits every miss. A dataset larger than the cache, read in epochs (every sample once, in a
+fresh order or in key order), then keeps about r²/2 of each epoch as hits where r is the part of
+the dataset the cache holds (0 in key order): each miss evicts an entry the epoch is about to
+read. ``admission: frequency`` (the default) caches a miss that needs room only if the frequency
+sketch (app/domain/frequency.py) counts it more often, by more than ``MARGIN``, than every
+least-recently-used entry it would push out; then exactly those entries go. A tie refuses: the
+miss is served from its discovery GET and not kept (no second remote request), so an epoch's
+misses leave the cache's part of the dataset in place and each epoch hits about r. The choice,
+and what it costs on other traces, comes from the side-by-side simulation in bench/cachesim.py
+(policy ``tinylfu-prior+1``); docs/read-cache.md says what an operator sees.
+
+What is never gated: a miss that fits under the budget, a pinned key, staging (``ferry stage``
+asked for it by name). Victims are never pinned and never dirty (dirty bytes are not cache
+entries: they only count against the budget). Quotas stay with eviction.py, which also remains
+the backstop when concurrent admissions overshoot.
+
+Counts are this process's: with ``FERRY_WORKERS`` above 1, each worker's sketch sees its share
+of the reads (an epoch still ties; a key's count is then a sample of its reads).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from app import metrics
+from app.domain.cache import Entry
+from app.domain.frequency import FrequencySketch
+from app.domain.policy import Policy
+from app.services.policies import PolicyBook
+from app.services.ports import CacheIndex
+
+MARGIN = 1  # a candidate must be counted more than one above each victim (bench/cachesim.py)
+SKETCH_ENTRY_BYTES = 64 * 1024  # the sketch tells apart budget / this many keys (4x a 256 KiB sample's)
+SKETCH_ENTRIES_MIN, SKETCH_ENTRIES_MAX = 4096, 1 << 22  # 16 KiB .. 16 MiB of counters
+REPEAT_SECONDS = 5.0  # a read not from byte 0 counts only if the key was not counted this recently
+RECENT_KEYS_MAX = 65536  # keys remembered for that (the oldest half goes when it is full)
+USAGE_REFRESH_SECONDS = 1.0  # the budget's use is measured at most this often (a SUM per node)
+VICTIMS_LOOKED_AT = 256  # LRU-end entries a decision may look through for room
+
+
+def sketch_for(budget_bytes: int) -> FrequencySketch:
+    """A sketch sized to the number of entries a budget of small objects holds (4x, as simulated)."""
+    entries = min(max(budget_bytes // SKETCH_ENTRY_BYTES, SKETCH_ENTRIES_MIN), SKETCH_ENTRIES_MAX)
+    return FrequencySketch(entries)
+
+
+def sketch_key(bucket: str, key: str) -> str:
+    return f"{bucket}/{key}"
+
+
+class FrequencyAdmission:
+    """The gate one process's read cache asks before caching a miss (``decide``, in a thread),
+    and the access counts it judges by (``record``, on every read)."""
+
+    def __init__(self, index: CacheIndex, policies: PolicyBook, dirty_bytes: Callable[[], int], budget_bytes: int,
+                 drop: Callable[[Entry], int], *, sketch: FrequencySketch | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.index = index
+        self.policies = policies
+        self.dirty_bytes = dirty_bytes
+        self.budget_bytes = budget_bytes
+        self.drop = drop  # removes an entry's row and blocks, returning the bytes freed
+        self.sketch = sketch if sketch is not None else sketch_for(budget_bytes)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._measured = 0
+        self._measured_at: float | None = None
+        self._since = 0  # bytes admitted (less bytes evicted) since the last measurement
+        self._recent: dict[str, float] = {}  # key -> when it was last counted
+
+    def record(self, bucket: str, key: str, from_start: bool = True) -> None:
+        """One read of the key, after any decision about it (so a miss is judged by its history).
+        A pass over an object counts once: a read from byte 0 (or of it all) counts; a ranged read
+        further in (the next range of a shard, a Parquet row group after its footer) counts only
+        if the key was not counted in the last ``REPEAT_SECONDS``. Counted per range, a shard
+        refused at its first range would outrank its victims by its third and be admitted with
+        most of its bytes already read."""
+        name = sketch_key(bucket, key)
+        now = self.clock()
+        if not from_start and now - self._recent.get(name, -REPEAT_SECONDS) < REPEAT_SECONDS:
+            return
+        if len(self._recent) >= RECENT_KEYS_MAX:
+            for old in list(self._recent)[: RECENT_KEYS_MAX // 2]:  # insertion order: the oldest first
+                self._recent.pop(old, None)
+        self._recent.pop(name, None)
+        self._recent[name] = now
+        self.sketch.record(name)
+
+    def gated(self, policy: Policy) -> bool:
+        return policy.admission == "frequency" and bool(self.budget_bytes) and not policy.pinned
+
+    def decide(self, bucket: str, key: str, size: int, policy: Policy) -> bool:
+        """Whether to cache this miss of ``size`` bytes (blocking: SQL when the cache is full)."""
+        if not self.gated(policy):
+            return True
+        with self._lock:
+            need = self._used() + size - self.budget_bytes
+            if need <= 0:
+                self._since += size
+                metrics.admission_decided("room")
+                return True
+            admitted = size <= self.budget_bytes and self._replace(bucket, key, size, need)
+            metrics.admission_decided("admitted" if admitted else "refused")
+            return admitted
+
+    def _replace(self, bucket: str, key: str, size: int, need: int) -> bool:
+        """Evict the LRU-end entries covering ``need`` if the candidate outranks every one of them."""
+        victims = self._victims(bucket, key, need)
+        if victims is None:
+            return False
+        estimate = self.sketch.estimate(sketch_key(bucket, key))
+        if any(estimate <= self.sketch.estimate(sketch_key(v.bucket, v.key)) + MARGIN for v in victims):
+            return False
+        freed = sum(max(self.drop(v), 0) for v in victims)
+        metrics.evicted("admission", len(victims), freed)
+        self._since += size - freed
+        return True
+
+    def _victims(self, bucket: str, key: str, need: int) -> list[Entry] | None:
+        """The least recently used unpinned entries whose bytes cover ``need``; None if there are
+        not enough of them within ``VICTIMS_LOOKED_AT`` (the rest is pinned, or too little is
+        cached: the miss is read through)."""
+        victims: list[Entry] = []
+        covered = 0
+        for entry in self.index.lru(VICTIMS_LOOKED_AT):
+            if (entry.bucket, entry.key) == (bucket, key) or self.policies.for_key(entry.bucket, entry.key).pinned:
+                continue
+            victims.append(entry)
+            covered += entry.cached_bytes
+            if covered >= need:
+                return victims
+        return None
+
+    def _used(self) -> int:
+        """Cached plus dirty bytes: measured at most every ``USAGE_REFRESH_SECONDS``, plus what
+        this process admitted since (fills land after their decision, so a fresh measurement may
+        still miss some of them; eviction.py corrects an overshoot)."""
+        now = self.clock()
+        if self._measured_at is None or now - self._measured_at >= USAGE_REFRESH_SECONDS:
+            self._measured = self.index.total_bytes() + self.dirty_bytes()
+            self._measured_at = now
+            self._since = 0
+        return self._measured + self._since

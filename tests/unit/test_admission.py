@@ -1,0 +1,114 @@
+"""Frequency admission's decisions (app/services/cache/admission.py) over a small in-memory index:
+room is never gated, a tie refuses, a candidate counted more than MARGIN above every victim
+replaces exactly those, pinned entries are never victims, and a pass over an object counts once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from app.domain.cache import Entry
+from app.domain.objects import ObjectMeta
+from app.domain.policy import Policy
+from app.domain.states import CacheState
+from app.services.cache.admission import MARGIN, REPEAT_SECONDS, FrequencyAdmission
+
+KiB = 1024
+FREQUENCY, PINNED, ALWAYS = Policy(), Policy(pinned=True), Policy(admission="always")
+
+
+def entry(key: str, size: int, last_access: float, id_: int) -> Entry:
+    meta = ObjectMeta(key=key, size=size, etag=f"e-{key}", last_modified=datetime(2026, 1, 1, tzinfo=UTC))
+    return Entry(id_, "b", key, meta.etag, size, 8 * 1024 * KiB, meta, None, CacheState.READY, size, 0.0, last_access)
+
+
+@dataclass
+class Index:
+    entries: list[Entry] = field(default_factory=list)
+
+    def lru(self, limit: int, **_: object) -> list[Entry]:
+        return sorted(self.entries, key=lambda e: (e.last_access, e.id))[:limit]
+
+    def total_bytes(self, **_: object) -> int:
+        return sum(e.cached_bytes for e in self.entries)
+
+    def drop(self, victim: Entry) -> int:
+        self.entries.remove(victim)
+        return victim.cached_bytes
+
+
+@dataclass
+class Policies:
+    pinned_prefix: str = "pin/"
+
+    def for_key(self, bucket: str, key: str) -> Policy:
+        return PINNED if key.startswith(self.pinned_prefix) else FREQUENCY
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gate(index: Index, budget: int = 4 * 256 * KiB, clock: Clock | None = None) -> FrequencyAdmission:
+    return FrequencyAdmission(index, Policies(), lambda: 0, budget, index.drop,  # type: ignore[arg-type]
+                              clock=clock or Clock())
+
+
+def full_index(prefix: str = "k") -> Index:
+    return Index([entry(f"{prefix}{i}", 256 * KiB, float(i), i + 1) for i in range(4)])
+
+
+def test_room_is_never_gated_and_a_full_cache_refuses_a_tie() -> None:
+    index = Index()
+    admission = gate(index)
+    assert admission.decide("b", "new", 256 * KiB, FREQUENCY)  # empty: room
+    admission = gate(full_index())
+    assert not admission.decide("b", "new", 256 * KiB, FREQUENCY)  # both counted 0: a tie refuses
+
+
+def test_a_candidate_counted_above_the_margin_replaces_exactly_its_victims() -> None:
+    index = full_index()
+    clock = Clock()
+    admission = gate(index, clock=clock)
+    for _ in range(MARGIN + 1):
+        admission.record("b", "hot")
+    assert admission.decide("b", "hot", 512 * KiB, FREQUENCY)
+    assert [e.key for e in index.entries] == ["k2", "k3"]  # the two least recently used went
+    index.entries.append(entry("hot", 512 * KiB, 10.0, 9))  # its fill landed
+    clock.now += 5  # a fresh measurement of the use
+    assert not admission.decide("b", "cold", 256 * KiB, FREQUENCY)
+
+
+def test_pinned_entries_are_never_victims_and_pinned_misses_are_never_gated() -> None:
+    index = Index([entry(f"pin/{i}", 256 * KiB, float(i), i + 1) for i in range(4)])
+    admission = gate(index)
+    for _ in range(5):
+        admission.record("b", "hot")
+    assert not admission.decide("b", "hot", 256 * KiB, FREQUENCY)  # nothing unpinned to push out
+    assert len(index.entries) == 4
+    assert admission.decide("b", "pin/new", 256 * KiB, PINNED)
+    assert admission.decide("b", "lru", 256 * KiB, ALWAYS)
+
+
+def test_an_object_larger_than_the_budget_is_refused() -> None:
+    admission = gate(full_index())
+    for _ in range(5):
+        admission.record("b", "huge")
+    assert not admission.decide("b", "huge", 8 * 256 * KiB, FREQUENCY)
+
+
+def test_a_pass_over_an_object_counts_once() -> None:
+    clock = Clock()
+    admission = gate(Index(), clock=clock)
+    admission.record("b", "shard", from_start=True)
+    for _ in range(7):  # the shard's next ranges
+        admission.record("b", "shard", from_start=False)
+    assert admission.sketch.estimate("b/shard") == 1
+    clock.now += REPEAT_SECONDS
+    admission.record("b", "shard", from_start=False)  # a later read further in counts again
+    admission.record("b", "shard", from_start=True)  # and so does every new pass from byte 0
+    assert admission.sketch.estimate("b/shard") == 3
