@@ -212,7 +212,7 @@ def disk_reserve(settings: Settings) -> DiskReserve:
 def default_policy(settings: Settings) -> Policy:
     return Policy(mode=settings.default_mode, revalidate=settings.cache_revalidate,
                   ttl_seconds=settings.cache_ttl_seconds, serve_stale=settings.cache_serve_stale,
-                  admission=settings.cache_admission)
+                  admission=settings.cache_admission, prefetch=settings.cache_prefetch)
 
 
 def seed_policies(repo: PolicyRepo, settings: Settings) -> None:
@@ -259,7 +259,8 @@ def make_cache(settings: Settings, engine: Engine, remote: RemoteRouter, policie
                      source=source or RemoteBlockSource(remote), disk=disk_reserve(settings),
                      dirty_bytes=journal.dirty_bytes,
                      block_size=settings.cache_block_bytes, fetch_concurrency=settings.cache_fetch_concurrency,
-                     budget_bytes=settings.cache_bytes, revalidate_interval=settings.cache_revalidate_interval)
+                     budget_bytes=settings.cache_bytes, revalidate_interval=settings.cache_revalidate_interval,
+                     prefetch_bytes=settings.cache_prefetch_bytes, prefetch_parallel=settings.cache_prefetch_parallel)
 
 
 def make_tenancy(settings: Settings, engine: Engine, remote: RemoteRouter) -> Tenancy:

@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     cache_ttl_seconds: float = Field(300.0, ge=0)
     cache_serve_stale: bool = False
     cache_admission: Literal["frequency", "always", "second-hit"] = "frequency"
+    cache_prefetch: Literal["sequential", "prefix", "off"] = "sequential"
+    cache_prefetch_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Bytes fetched ahead of one sequential reader.")
+    cache_prefetch_parallel: int = Field(8, ge=1, le=256)
     cache_revalidate_interval: float = Field(60.0, ge=0, description="Bulk revalidation period; 0 = off.")
     policies: list[dict[str, Any]] = Field(default_factory=list,
                                            description="Policy rules seeded into the catalog at start.")

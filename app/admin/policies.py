@@ -21,6 +21,7 @@ PolicyBucket = Annotated[str, StringConstraints(pattern=POLICY_BUCKET_PATTERN)]
 Mode = Literal["write-back", "write-through", "read-only", "bypass"]
 Revalidate = Literal["immutable", "ttl", "always"]
 Admission = Literal["frequency", "always", "second-hit"]
+Prefetch = Literal["sequential", "prefix", "off"]
 Replicas = Annotated[int, Field(ge=1, le=2, description="Fleet: 2 acknowledges a write once a second node holds it.")]
 Seconds = Annotated[float, Field(ge=0, le=10**9, allow_inf_nan=False)]
 PolicyIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
@@ -39,6 +40,7 @@ class PolicySettings(Model):
     admission: Admission | None = None
     quota_bytes: ByteCount | None = None
     write_replicas: Replicas | None = None
+    prefetch: Prefetch | None = None
 
 
 class PolicyIn(PolicySettings):
@@ -58,6 +60,7 @@ class PolicyOut(Out):
     admission: str | None
     quota_bytes: int | None
     write_replicas: int | None
+    prefetch: str | None
 
 
 class EffectivePolicy(Out):
@@ -69,6 +72,7 @@ class EffectivePolicy(Out):
     admission: str
     quota_bytes: int | None
     write_replicas: int
+    prefetch: str
 
 
 class EffectiveOut(Out):

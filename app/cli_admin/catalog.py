@@ -132,7 +132,7 @@ def buckets_unassign(bucket: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = N
 
 # ---- policies ------------------------------------------------------------------------------------
 _POLICY_FIELDS = ("mode", "revalidate", "ttl_seconds", "serve_stale", "pinned", "admission", "quota_bytes",
-                  "write_replicas")
+                  "write_replicas", "prefetch")
 
 
 def _policy_rows(items: list[dict[str, Any]]) -> Table:
@@ -157,13 +157,15 @@ def policies_set(
     admission: Annotated[str | None, typer.Option(help="frequency | always | second-hit")] = None,
     quota: Annotated[str | None, typer.Option(help="Cache quota for the prefix, e.g. 50GiB.")] = None,
     write_replicas: Annotated[int | None, typer.Option(help="1 | 2: nodes holding a write before its answer (fleet).")] = None,
+    prefetch: Annotated[str | None, typer.Option(help="sequential | prefix | off: what a read fetches ahead.")] = None,
     url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Create or replace the rule for a bucket/prefix; options left out inherit. Applies at once."""
     bucket, prefix = parse_target(target)
     body = {"bucket": bucket, "prefix": prefix, "mode": mode, "revalidate": revalidate, "ttl_seconds": ttl,
             "serve_stale": serve_stale, "pinned": pinned, "admission": admission,
-            "quota_bytes": parse_size(quota) if quota else None, "write_replicas": write_replicas}
+            "quota_bytes": parse_size(quota) if quota else None, "write_replicas": write_replicas,
+            "prefetch": prefetch}
     emit(Admin(url, token).post("/admin/policies", body), as_json, lambda p: _policy_rows([p]))
 
 

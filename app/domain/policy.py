@@ -14,6 +14,7 @@ from app.domain.errors import S3Error
 MODES = ("write-back", "write-through", "read-only", "bypass")
 REVALIDATIONS = ("immutable", "ttl", "always")
 ADMISSIONS = ("frequency", "always", "second-hit")
+PREFETCHES = ("sequential", "prefix", "off")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Policy:
     admission: str = "frequency"
     quota_bytes: int | None = None
     write_replicas: int = 1  # fleet: nodes that hold a buffered write durably before it is acknowledged
+    prefetch: str = "sequential"  # what a read predicts (app/services/cache/prefetch.py)
 
     @property
     def caches(self) -> bool:
@@ -64,6 +66,7 @@ class PolicyRule:
     admission: str | None = None
     quota_bytes: int | None = None
     write_replicas: int | None = None
+    prefetch: str | None = None
     id: int | None = None
 
     def overrides(self) -> dict[str, Any]:
@@ -81,6 +84,8 @@ def validate_rule(rule: PolicyRule) -> None:
         raise ValueError(f"revalidate must be one of {', '.join(REVALIDATIONS)}")
     if rule.admission is not None and rule.admission not in ADMISSIONS:
         raise ValueError(f"admission must be one of {', '.join(ADMISSIONS)}")
+    if rule.prefetch is not None and rule.prefetch not in PREFETCHES:
+        raise ValueError(f"prefetch must be one of {', '.join(PREFETCHES)}")
     if rule.ttl_seconds is not None and rule.ttl_seconds < 0:
         raise ValueError("ttl_seconds must be >= 0")
     if rule.quota_bytes is not None and rule.quota_bytes < 0:
@@ -105,3 +110,13 @@ def resolve(defaults: Policy, rules: list[PolicyRule], bucket: str, key: str) ->
 def pinned_prefixes(rules: list[PolicyRule]) -> list[tuple[str, str]]:
     """(bucket, prefix) pairs whose objects must never be evicted."""
     return [(r.bucket, r.prefix) for r in rules if r.pinned]
+
+
+def setting_prefix(rules: list[PolicyRule], bucket: str, key: str, name: str) -> str | None:
+    """The prefix of the rule that gives ``bucket/key`` its ``name`` field (the one ``resolve``
+    applies last), or None when only the defaults set it."""
+    matching = [r for r in rules if r.bucket in ("*", bucket) and key.startswith(r.prefix)
+                and getattr(r, name) is not None]
+    if not matching:
+        return None
+    return max(matching, key=lambda r: (r.bucket != "*", len(r.prefix))).prefix

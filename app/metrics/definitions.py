@@ -18,6 +18,11 @@ CACHE_EVICTIONS = Counter("ferry_cache_evictions_total", "Cache entries evicted"
 CACHE_ADMISSIONS = Counter("ferry_cache_admissions_total",
                            "Misses judged by frequency admission: room (cached, nothing evicted), admitted (cached "
                            "in place of less frequent entries) or refused (read through uncached)", ["decision"])
+CACHE_PREFETCHED_BYTES = Counter("ferry_cache_prefetched_bytes_total",
+                                 "Bytes fetched into the cache ahead of any reader", ["kind"])
+CACHE_PREFETCH_UNREAD_BYTES = Counter("ferry_cache_prefetch_unread_bytes_total",
+                                      "Bytes fetched ahead of a sequential reader that it turned away from or stopped "
+                                      "before reading (the cost of a wrong prediction)")
 CACHE_EVICTED_BYTES = Counter("ferry_cache_evicted_bytes_total", "Bytes evicted from the cache", ["reason"])
 REMOTE_FETCH_BYTES = Counter("ferry_cache_remote_fetch_bytes_total", "Bytes fetched from the remote to fill the cache")
 CACHE_CORRUPT = Counter("ferry_cache_corrupt_fills_total",
@@ -37,6 +42,14 @@ def evicted(reason: str, entries: int, nbytes: int) -> None:
 
 def admission_decided(decision: str) -> None:
     CACHE_ADMISSIONS.labels(decision).inc()
+
+
+def prefetched(kind: str, nbytes: int) -> None:
+    CACHE_PREFETCHED_BYTES.labels(kind).inc(nbytes)
+
+
+def prefetch_unread(nbytes: int) -> None:
+    CACHE_PREFETCH_UNREAD_BYTES.inc(nbytes)
 
 
 def remote_fetched(nbytes: int) -> None:

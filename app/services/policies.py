@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Protocol
 
-from app.domain.policy import Policy, PolicyRule, resolve
+from app.domain.policy import Policy, PolicyRule, resolve, setting_prefix
 
 
 class PolicyRules(Protocol):
@@ -52,6 +52,10 @@ class PolicyBook:
 
     def for_key(self, bucket: str, key: str) -> Policy:
         return resolve(self.defaults, self.rules(), bucket, key)
+
+    def prefix_setting(self, bucket: str, key: str, name: str) -> str | None:
+        """The prefix of the rule that sets ``name`` for ``bucket/key`` (None: the defaults do)."""
+        return setting_prefix(self.rules(), bucket, key, name)
 
     # ---- changes (the admin API): the catalog first, then this process re-reads at once ----------
     def stored(self) -> list[PolicyRule]:

@@ -11,7 +11,8 @@ from app.adapters.catalog.engine import affected
 from app.adapters.catalog.tables import Policy as PolicyRow
 from app.domain.policy import PolicyRule, validate_rule
 
-_FIELDS = ("mode", "revalidate", "ttl_seconds", "serve_stale", "pinned", "admission", "quota_bytes", "write_replicas")
+_FIELDS = ("mode", "revalidate", "ttl_seconds", "serve_stale", "pinned", "admission", "quota_bytes", "write_replicas",
+           "prefetch")
 
 
 def _rule(row: PolicyRow) -> PolicyRule:

@@ -176,9 +176,10 @@ class Policy(Base):
     ttl_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     serve_stale: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     pinned: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
-    admission: Mapped[str | None] = mapped_column(String(16), nullable=True)  # always|second-hit
+    admission: Mapped[str | None] = mapped_column(String(16), nullable=True)  # frequency|always|second-hit
     quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     write_replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)  # 1 | 2 (fleet)
+    prefetch: Mapped[str | None] = mapped_column(String(16), nullable=True)  # sequential|prefix|off
     updated_at: Mapped[float] = mapped_column(Float, default=0.0)
 
 

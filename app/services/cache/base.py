@@ -20,8 +20,12 @@ import anyio
 import anyio.to_thread
 
 from app.domain.cache import Entry, block_name
+from app.domain.objects import ObjectSummary
+from app.domain.policy import Policy
+from app.domain.states import CacheState
 from app.services.budget import DiskReserve
 from app.services.cache.admission import FrequencyAdmission
+from app.services.cache.prefetch import Prefetcher
 from app.services.cache.scrub import Scrub
 from app.services.policies import PolicyBook
 from app.services.ports import BlockSource, BlockStore, CacheIndex, RemotePort
@@ -54,11 +58,14 @@ class CacheBase:
         def _release_discovery(self, rec: Recording, entry_id: int | None, loop: asyncio.AbstractEventLoop) -> None: ...
         def schedule_eviction(self) -> None: ...
         def flush_touches(self) -> None: ...
+        def disk_low(self) -> bool: ...
+        async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int: ...
 
     def __init__(self, index: CacheIndex, store: BlockStore, remote: RemotePort, policies: PolicyBook, *,
                  source: BlockSource, disk: DiskReserve, dirty_bytes: Callable[[], int],
                  block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
-                 revalidate_interval: float = 60.0, sizing: SizingRecorder | None = None) -> None:
+                 revalidate_interval: float = 60.0, sizing: SizingRecorder | None = None,
+                 prefetch_bytes: int = 0, prefetch_parallel: int = 8) -> None:
         self.index = index
         self.store = store
         self.remote = remote  # discovery GETs, revalidation HEADs and LISTs
@@ -88,6 +95,24 @@ class CacheBase:
         self.sizing = sizing if sizing is not None else SizingRecorder(budget_bytes, dirty_bytes)
         # Whether a miss that needs room is cached (admission.py): counts of every read.
         self.admission = FrequencyAdmission(index, policies, dirty_bytes, budget_bytes, self._drop_sync)
+        # What reads predict, fetched ahead (prefetch.py); ``prefetch_bytes`` 0: nothing is.
+        self.prefetch = Prefetcher(self.remote.list_objects, self._prefetch_verdict, self._warm_ahead, self._run,
+                                   self._spawn, ahead_bytes=prefetch_bytes, parallel=prefetch_parallel)
+
+    def _prefetch_verdict(self, bucket: str, obj: ObjectSummary, policy: Policy) -> bool | None:
+        """Whether to fetch a listed object ahead of its reader (in a thread): None when this
+        version is cached or being discovered; False when the cache would not keep it."""
+        entry = self.index.get(bucket, obj.key)
+        if entry is not None and entry.state == CacheState.READY and entry.etag == obj.etag:
+            return None
+        if (bucket, obj.key) in self._discovering:
+            return None
+        if policy.admission == "second-hit" or self.disk_low():
+            return False
+        return self.admission.decide(bucket, obj.key, obj.size, policy)
+
+    async def _warm_ahead(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
+        return await self.warm(bucket, key, policy, tenant_id)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)

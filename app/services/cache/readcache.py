@@ -112,9 +112,12 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         a miss judges them once its discovery told the version (its fill goes on). Every read
         counts for frequency admission, after the cache decided about this one."""
         try:
-            return await self._read(bucket, key, wanted, policy, tenant_id, known, file_ranges, conditions)
+            found = await self._read(bucket, key, wanted, policy, tenant_id, known, file_ranges, conditions)
         finally:
             self.admission.record(bucket, key, from_start=wanted.first_byte == 0)
+        prefix = self.policies.prefix_setting(bucket, key, "prefetch") if policy.prefetch == "prefix" else None
+        self.prefetch.saw(bucket, key, policy, tenant_id, prefix)
+        return found
 
     async def _read(self, bucket: str, key: str, wanted: RangeRequest, policy: Policy, tenant_id: int | None,
                     known: Any, file_ranges: bool, conditions: Conditions) -> CachedRead | None:
