@@ -139,15 +139,19 @@ class CacheStore:
             return self.open_block(name)
         return os.open(path, os.O_RDONLY)
 
-    def servable(self, name: str, size: int) -> bool:
+    def servable(self, name: str, size: int, since: float | None = None) -> bool:
         """Whether ``open_block`` would find the block: published (header checked), or retired
-        with the right size. For a reader already serving its entry: a fill decides by ``has``."""
+        with the right size (and, with ``since``, retired at or after that time: a block retired
+        before a read began belonged to an entry that was gone by then, whose bytes no longer
+        count, and is not that read's to serve). For a reader already serving its entry: a fill
+        decides by ``has``."""
         if self.has(name, size):
             return True
         try:
-            return os.stat(self.retired_of(name)).st_size == DATA_OFFSET + size
+            st = os.stat(self.retired_of(name))
         except FileNotFoundError:
             return False
+        return st.st_size == DATA_OFFSET + size and (since is None or st.st_ctime >= since)
 
     def read_small(self, name: str, limit: int) -> bytes | None:
         """The whole data of a complete block of at most ``limit`` bytes, read with its header in

@@ -70,11 +70,17 @@ class Serving(CacheBase):
         pending: dict[int, asyncio.Task[tuple[Any, bool]]] = {}
         served = 0
 
+        # A block retired since this read began is still this version's: it is served from there,
+        # not fetched again (If-Match of a replaced version would fail). One retired before it
+        # began was left by an earlier entry of the same version (evicted: its bytes no longer
+        # count) and is fetched again: served from there, an evicted object would keep hitting,
+        # uncounted, for the retired grace.
+        began = time.time() - 0.05  # a rename's ctime comes from the kernel's coarse clock (jiffies)
+
         def fetch_ahead(lo: int, hi: int) -> None:
-            # A block retired since this read began is still this version's: it is served from
-            # there, not fetched again (If-Match of a replaced version would fail).
             for ahead in range(lo, min(b1, hi) + 1):
-                if ahead not in pending and not self.store.servable(self._name(entry, ahead), entry.block_length(ahead)):
+                if ahead not in pending and not self.store.servable(self._name(entry, ahead), entry.block_length(ahead),
+                                                                    since=began):
                     pending[ahead] = asyncio.ensure_future(self.acquire(entry, ahead))
 
         # Readahead starts once the first chunk is on its way: started earlier, its requests
