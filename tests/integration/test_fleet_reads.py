@@ -43,7 +43,8 @@ def fleet_db(fleet_services: Any) -> Iterator[str]:
 def fleet(proxy: CountingProxy, fleet_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     proxy.record_cut = True  # count the whole-object discovery GETs a fill closes after its block
     with Fleet(proxy, fleet_db, tmp_path_factory.mktemp("fleet"),
-               env={"FERRY_CACHE_BLOCK_BYTES": str(BLOCK), "FERRY_REMOTE_REFRESH_SECONDS": "0.5"}) as f:
+               env={"FERRY_CACHE_BLOCK_BYTES": str(BLOCK), "FERRY_REMOTE_REFRESH_SECONDS": "0.5",
+                    "FERRY_CACHE_PREFETCH": "off"}) as f:  # these tests count every remote GET
         f.wait_live(3)
         yield f
 

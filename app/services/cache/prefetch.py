@@ -6,7 +6,7 @@ keep and never fetches what it would not:
 
 - **Sequential** (``prefetch: sequential``, the default). Three reads of one directory in
   increasing key order, near neighbours in its listing (one LIST tells; random reads that happen
-  to increase are told apart and the directory is not listed again for a minute), are a walk:
+  to increase are told apart and the directory is not listed again for 10 s), are a walk:
   shards of a dataset read in order, by one reader or several interleaved. The next objects of
   the directory, in S3's byte order, are fetched ahead of the walk's furthest read, up to
   ``ahead_bytes``. Each read tops the window up again; a read far past the window ends the walk,
@@ -24,6 +24,7 @@ Everything here runs on the event loop of one process; listings and admission ru
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -37,8 +38,9 @@ from app.domain.policy import Policy
 log = logging.getLogger("ferry.cache")
 
 RUN_TO_PREFETCH = 3  # reads in increasing key order that make a candidate walk
-NEAR = 16  # ... if each is among the next NEAR listed objects after the first (other readers interleave)
-RANDOM_SECONDS = 60.0  # a directory whose candidate was no walk is not listed again for this long
+STEP = 2  # ... if each is at most STEP listed objects after the one before (other readers interleave)
+NEAR = 16  # a walk's read within this many listed objects past its frontier keeps it going
+RANDOM_SECONDS = 10.0  # a directory whose candidate was no walk is not listed again for this long
 IDLE_SECONDS = 30.0  # a walk not read for this long is over
 WALKS_MAX = 1024  # walks remembered per process (the idle ones go first)
 LIST_PAGE = 100
@@ -148,9 +150,9 @@ class Prefetcher:
                      tenant_id: int | None) -> None:
         try:
             page = await self.run(self.list_page, bucket, directory, "/", keys[0], LIST_PAGE)
-            listed = [obj.key for obj in page.contents]
-            near = set(listed[:NEAR])
-            if not all(k in near for k in keys[1:]):
+            at = {obj.key: i for i, obj in enumerate(page.contents)}  # keys[0] itself is at -1
+            places = [-1, *(at.get(k, len(at) + NEAR) for k in keys[1:])]
+            if any(b - a > STEP for a, b in itertools.pairwise(places)):
                 walk.random_until = self.clock() + RANDOM_SECONDS
                 return
             walk.walking, walk.frontier = True, keys[-1]

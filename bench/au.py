@@ -1,0 +1,340 @@
+"""Accelerator utilisation (AU) through Ferry against going direct (issue 28), MLPerf Storage's measure.
+
+    .venv/bin/python -m bench.au --runs 3                        # loopback SeaweedFS
+    sudo .venv/bin/python -m bench.au --links regional,long-fat  # bench/netsim links (root)
+
+Simulated accelerators consume batches at a fixed compute time per batch; loader threads read
+through a real ML data stack and feed them through a bounded queue (2 batches per loader).
+AU = the time the accelerators computed / the wall time of the epoch (MLPerf Storage passes at
+90 %). The compute time per batch of each dataset shape is calibrated on local disk: the
+smallest that gives AU >= 99 % reading the same bytes from local files with the same loaders.
+
+Shapes: ``samples`` (256 KiB objects, shuffled every epoch, 16 per batch, read whole with
+``s3torchconnectorclient``'s ``MountpointS3Client``, the CRT engine of the AWS PyTorch
+connector), ``shards`` (32 MiB objects read front to back in key order, one batch per 4 MiB),
+``parquet`` (files read row group by row group with pyarrow's S3 filesystem, one batch per row
+group) and, with torch installed, ``torch`` (a ``DataLoader`` over ``s3torchconnector``'s
+``S3MapDataset``, 2 worker processes, shuffled). Rows per shape and link: direct; Ferry epoch 1
+(cold), epochs 2 and 3 (warm); after ``ferry stage``; a cache half the dataset (epochs 2-3: AU
+and hit ratio, frequency admission beside LRU, ``admission: always``, in the same run).
+Install the stack first: ``pip install torch==2.13.0 && pip install -e ".[ml]"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import random
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from bench.remote import LINKS, Remote, RemoteRegion
+from tests.support.gateway import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, GatewayProcess
+
+KiB, MiB = 1024, 1024 * 1024
+LOADERS = 8
+Reader = Callable[[str], Iterator[int]]  # key -> the byte counts of the batches it yields
+
+
+@dataclass
+class Shape:
+    name: str
+    count: int
+    size: int
+    shuffled: bool
+    batch_bytes: int  # bytes per batch (samples: 16 samples; shards: 4 MiB; parquet: a row group)
+
+
+SHAPES = {
+    "samples": Shape("samples", 512, 256 * KiB, True, 16 * 256 * KiB),
+    "shards": Shape("shards", 8, 32 * MiB, False, 4 * MiB),
+    "parquet": Shape("parquet", 8, 16 * MiB, False, 2 * MiB),
+    "torch": Shape("torch", 512, 256 * KiB, True, 16 * 256 * KiB),
+}
+
+
+# ---- the loaders ---------------------------------------------------------------------------------
+def crt_reader(endpoint: str, access: str, secret: str, bucket: str, shape: Shape) -> Reader:
+    """Batches of an object read with the CRT client (samples: one object is 1/16 of a batch)."""
+    from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client
+
+    os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"] = access, secret
+    client = MountpointS3Client("us-east-1", endpoint=endpoint, force_path_style=True)
+
+    def read(key: str) -> Iterator[int]:
+        pending = 0
+        for chunk in client.get_object(bucket, key):
+            pending += len(chunk)
+            while pending >= shape.batch_bytes:
+                pending -= shape.batch_bytes
+                yield shape.batch_bytes
+        if pending:
+            yield pending
+    return read
+
+
+def parquet_reader(endpoint: str, access: str, secret: str, bucket: str, shape: Shape) -> Reader:
+    import pyarrow.fs
+    import pyarrow.parquet as pq
+
+    host = endpoint.split("://", 1)[1]
+    fs = pyarrow.fs.S3FileSystem(access_key=access, secret_key=secret, endpoint_override=host, scheme="http",
+                                 region="us-east-1", force_virtual_addressing=False)
+
+    def read(key: str) -> Iterator[int]:
+        with fs.open_input_file(f"{bucket}/{key}") as fh:
+            pf = pq.ParquetFile(fh)
+            for group in range(pf.num_row_groups):
+                yield pf.read_row_group(group).nbytes
+    return read
+
+
+def local_reader(root: Path, shape: Shape) -> Reader:
+    def read(key: str) -> Iterator[int]:
+        if shape.name == "parquet":
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(root / key)
+            for group in range(pf.num_row_groups):
+                yield pf.read_row_group(group).nbytes
+            return
+        with open(root / key, "rb") as fh:
+            while data := fh.read(shape.batch_bytes):
+                yield len(data)
+    return read
+
+
+# ---- an epoch: loaders feed the simulated accelerator ----------------------------------------------
+def epoch(keys: list[str], reader: Reader, shape: Shape, compute_s: float) -> dict[str, float]:
+    """One pass over ``keys``: AU, wall time, batches. Samples are grouped 16 to a batch."""
+    work: queue.Queue[str | None] = queue.Queue()
+    for key in keys:
+        work.put(key)
+    batches: queue.Queue[int | None] = queue.Queue(maxsize=2 * LOADERS)
+    errors: list[BaseException] = []
+
+    def loader() -> None:
+        try:
+            pending = 0
+            while True:
+                try:
+                    key = work.get_nowait()
+                except queue.Empty:
+                    break
+                if key is None:
+                    break
+                for n in reader(key):
+                    pending += n
+                    if pending >= shape.batch_bytes:
+                        batches.put(pending)
+                        pending = 0
+            if pending:
+                batches.put(pending)
+        except BaseException as exc:  # reported after the epoch
+            errors.append(exc)
+        finally:
+            batches.put(None)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=loader, daemon=True) for _ in range(LOADERS)]
+    for t in threads:
+        t.start()
+    done = computed = 0
+    finished = 0
+    while finished < LOADERS:
+        item = batches.get()
+        if item is None:
+            finished += 1
+            continue
+        time.sleep(compute_s)  # the accelerator computes the batch
+        computed += 1
+        done += item
+    wall = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return {"au": computed * compute_s / wall, "wall": wall, "batches": computed, "bytes": done}
+
+
+def torch_epoch(endpoint: str, access: str, secret: str, bucket: str, prefix: str, compute_s: float) -> dict[str, float]:
+    """A real DataLoader over S3MapDataset (2 worker processes, shuffled, 16 samples a batch)."""
+    from s3torchconnector import S3ClientConfig, S3MapDataset
+    from torch.utils.data import DataLoader
+
+    os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"] = access, secret
+    dataset = S3MapDataset.from_prefix(f"s3://{bucket}/{prefix}", region="us-east-1", endpoint=endpoint,
+                                       s3client_config=S3ClientConfig(force_path_style=True),
+                                       transform=lambda obj: len(obj.read()))
+    loader = DataLoader(dataset, batch_size=16, shuffle=True, num_workers=2, prefetch_factor=4)
+    started = time.perf_counter()
+    computed = 0
+    for _ in loader:
+        time.sleep(compute_s)
+        computed += 1
+    wall = time.perf_counter() - started
+    return {"au": computed * compute_s / wall, "wall": wall, "batches": computed, "bytes": 0}
+
+
+# ---- datasets ------------------------------------------------------------------------------------
+def make_dataset(shape: Shape, root: Path, prefix: str) -> dict[str, bytes]:
+    """Keys (under ``prefix``) and bytes of a shape's dataset; also written under ``root``."""
+    out: dict[str, bytes] = {}
+    for i in range(shape.count):
+        key = f"{prefix}{shape.name}/{'part' if shape.name == 'parquet' else 'obj'}-{i:05d}"
+        out[key] = parquet_bytes(shape) if shape.name == "parquet" else os.urandom(shape.size)
+        path = root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(out[key])
+    return out
+
+
+def parquet_bytes(shape: Shape) -> bytes:
+    """A Parquet file of ``shape.size`` random bytes in row groups of ``shape.batch_bytes``."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = 4 * KiB
+    rows = shape.size // row
+    table = pa.table({"id": pa.array(range(rows), pa.int64()),
+                      "blob": pa.array([os.urandom(row) for _ in range(rows)], pa.binary())})
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=shape.batch_bytes // row, compression="none")
+    return buf.getvalue()
+
+
+def order(keys: list[str], shape: Shape, seed: int) -> list[str]:
+    keys = sorted(keys)
+    if shape.shuffled:
+        random.Random(seed).shuffle(keys)
+    return keys
+
+
+def calibrate(shape: Shape, keys: list[str], root: Path) -> float:
+    """The smallest compute time per batch (x1.25 steps) at which local disk gives AU >= 99 %."""
+    reader = local_reader(root, shape)
+    bare = epoch(order(keys, shape, 0), reader, shape, 0.0)
+    compute = bare["wall"] / max(1, bare["batches"])
+    for _ in range(20):
+        if epoch(order(keys, shape, 1), reader, shape, compute)["au"] >= 0.99:
+            return compute
+        compute *= 1.25
+    return compute
+
+
+# ---- the rows ------------------------------------------------------------------------------------
+class Rows:
+    def __init__(self, remote: Remote, bucket: str, shape: Shape, keys: list[str], prefix: str, compute: float,
+                 workdir: Path) -> None:
+        self.remote, self.bucket, self.shape, self.keys, self.prefix = remote, bucket, shape, keys, prefix
+        self.compute, self.workdir = compute, workdir
+        self.dataset_bytes = shape.count * shape.size
+
+    def run_epoch(self, endpoint: str, access: str, secret: str, seed: int) -> dict[str, float]:
+        if self.shape.name == "torch":
+            return torch_epoch(endpoint, access, secret, self.bucket, f"{self.prefix}torch/", self.compute)
+        make = parquet_reader if self.shape.name == "parquet" else crt_reader
+        return epoch(order(self.keys, self.shape, seed), make(endpoint, access, secret, self.bucket, self.shape),
+                     self.shape, self.compute)
+
+    def gateway(self, **env: str) -> GatewayProcess:
+        return GatewayProcess(self.remote, Path(tempfile.mkdtemp(dir=self.workdir)), env=env)
+
+    def through(self, gw: GatewayProcess, seed: int) -> dict[str, float]:
+        before = hits(gw, self.bucket)
+        row = self.run_epoch(gw.endpoint, ACCESS_KEY, SECRET_KEY, seed)
+        after = hits(gw, self.bucket)
+        reads = (after[0] - before[0]) + (after[1] - before[1])
+        row["hit"] = (after[0] - before[0]) / reads if reads else 0.0
+        return row
+
+    def all(self, seed: int) -> dict[str, dict[str, float]]:
+        out = {"direct": self.run_epoch(self.remote.endpoint, self.remote.access_key, self.remote.secret_key, seed)}
+        with self.gateway() as gw:
+            for n, name in enumerate(("ferry epoch 1 (cold)", "ferry epoch 2", "ferry epoch 3")):
+                out[name] = self.through(gw, seed + n)
+        with self.gateway() as gw:
+            stage(gw, self.bucket, f"{self.prefix}{self.shape.name}/")
+            out["ferry after stage"] = self.through(gw, seed + 7)
+        for admission, label in (("frequency", "cache = dataset/2"), ("always", "cache = dataset/2, LRU")):
+            with self.gateway(FERRY_CACHE_BYTES=str(self.dataset_bytes // 2), FERRY_CACHE_ADMISSION=admission) as gw:
+                self.through(gw, seed)
+                rows = [self.through(gw, seed + n) for n in (1, 2)]
+                out[f"{label}, epochs 2-3"] = {k: statistics.fmean(r[k] for r in rows) for k in rows[0]}
+        return out
+
+
+def hits(gw: GatewayProcess, bucket: str) -> tuple[int, int]:
+    stats = httpx.get(f"{gw.endpoint}/admin/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                      timeout=30).json()
+    rows = [r for r in stats["cache"]["by_bucket"] if r["bucket"] == bucket]
+    return sum(r["hit"] + r["stale"] for r in rows), sum(r["miss"] for r in rows)
+
+
+def stage(gw: GatewayProcess, bucket: str, prefix: str) -> None:
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    job = httpx.post(f"{gw.endpoint}/admin/staging", json={"bucket": bucket, "prefix": prefix}, headers=headers,
+                     timeout=30).json()
+    while (state := httpx.get(f"{gw.endpoint}/admin/staging/{job['id']}", headers=headers,
+                              timeout=30).json()["state"]) in ("queued", "running"):
+        time.sleep(0.2)
+    assert state == "done", state
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--links", default="loopback", help="loopback, or netsim profiles: regional,long-fat")
+    ap.add_argument("--shapes", default="samples,shards,parquet,torch")
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args(argv)
+    links = args.links.split(",")
+    region = RemoteRegion("loopback" if links == ["loopback"] else "netsim")
+    remote = region.up()
+    workdir = Path(tempfile.mkdtemp(prefix="ferry-au-"))
+    bucket = f"au-{uuid.uuid4().hex[:8]}"
+    try:
+        s3 = remote.client()
+        s3.create_bucket(Bucket=bucket)
+        prefix = "au/"
+        shapes = [SHAPES[n] for n in args.shapes.split(",")]
+        data: dict[str, dict[str, bytes]] = {}
+        for shape in shapes:
+            data[shape.name] = make_dataset(shape, workdir / "local", prefix)
+            for key, body in data[shape.name].items():
+                s3.put_object(Bucket=bucket, Key=key, Body=body)
+        computes = {s.name: calibrate(s, sorted(data[s.name]), workdir / "local") for s in shapes}
+        for link in links:
+            where = region.shape(LINKS[link]) if region.kind == "netsim" else "loopback SeaweedFS, unshaped"
+            print(f"\n### {link}: {where}\n")
+            print("| shape | row | AU (median) | hit ratio | epoch s | runs |\n|---|---|---|---|---|---|")
+            for shape in shapes:
+                rows = Rows(region.remote or remote, bucket, shape, sorted(data[shape.name]), prefix,
+                            computes[shape.name], workdir)
+                runs = [rows.all(seed=run * 10) for run in range(args.runs)]
+                for name in runs[0]:
+                    au = statistics.median(r[name]["au"] for r in runs)
+                    hit = statistics.median(r[name].get("hit", 0.0) for r in runs)
+                    wall = statistics.median(r[name]["wall"] for r in runs)
+                    hit_text = f"{hit:.2f}" if name != "direct" else "-"
+                    each = " ".join(f"{r[name]['au']:.0%}" for r in runs)
+                    print(f"| {shape.name} | {name} | {au:.1%} | {hit_text} | {wall:.2f} | {each} |", flush=True)
+        print("\ncompute per batch (calibrated on local disk, AU >= 99 %): "
+              + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in computes.items()))
+    finally:
+        region.down()
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
