@@ -185,6 +185,22 @@ def seaweed_bucket(seaweed: SeaweedServer) -> str:
     return seaweed.create_bucket(f"t-{uuid.uuid4().hex[:16]}")
 
 
+@pytest.fixture(scope="module")
+def module_seaweed_bucket(seaweed: SeaweedServer) -> str:
+    """A fresh bucket on the session's SeaweedFS server, shared by one module's tests."""
+    return seaweed.create_bucket(f"m-{uuid.uuid4().hex[:16]}")
+
+
+@pytest.fixture
+def healthy_proxy(proxy: CountingProxy) -> Iterator[CountingProxy]:
+    """The module's counting proxy with no outage and nothing counted yet, and no outage left
+    behind (``pytestmark = pytest.mark.usefixtures("healthy_proxy")``)."""
+    proxy.fail_with = None
+    proxy.reset()
+    yield proxy
+    proxy.fail_with = None
+
+
 # ------------------------------------------------------------------ TLS
 
 

@@ -16,7 +16,7 @@ import random
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +31,7 @@ R = 0.5  # the part of the dataset the cache holds
 EPOCHS = 4
 
 
-@pytest.fixture(scope="module")
-def ebucket(seaweed: Any) -> Iterator[str]:
-    name = f"ep-{uuid.uuid4().hex[:12]}"
-    seaweed.client().create_bucket(Bucket=name)
-    yield name
-
-
-@pytest.fixture(autouse=True)
-def _healthy(proxy: CountingProxy) -> Iterator[None]:
-    proxy.fail_with = None
-    proxy.reset()
-    yield
-    proxy.fail_with = None
+pytestmark = pytest.mark.usefixtures("healthy_proxy")
 
 
 def env(admission: str, **extra: str) -> dict[str, str]:
@@ -109,14 +97,14 @@ SHAPES = {
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_epochs_over_twice_the_cache_hit_r_with_frequency_admission_and_not_with_lru(
-        proxy: CountingProxy, ebucket: str, seaweed: Any, tmp_path: Path, shape: str) -> None:
+        proxy: CountingProxy, module_seaweed_bucket: str, seaweed: Any, tmp_path: Path, shape: str) -> None:
     count, size, order, reader = SHAPES[shape]
     assert count * size == 2 * BUDGET
-    data = upload(seaweed.client(), ebucket, f"{shape}/", count, size)
+    data = upload(seaweed.client(), module_seaweed_bucket, f"{shape}/", count, size)
     figures = {}
     for admission in ("frequency", "always"):
         with GatewayProcess(proxy, tmp_path / admission, env=env(admission)) as gw:
-            figures[admission] = epoch_hits(proxy, gw, ebucket, data, reader(ebucket), order)
+            figures[admission] = epoch_hits(proxy, gw, module_seaweed_bucket, data, reader(module_seaweed_bucket), order)
             db = sqlite3.connect(gw.data_dir / "ferry.db")
             cached = db.execute("SELECT COALESCE(SUM(cached_bytes), 0) FROM cache_entries "
                                 "WHERE state = 'ready'").fetchone()[0]
@@ -134,36 +122,36 @@ def test_epochs_over_twice_the_cache_hit_r_with_frequency_admission_and_not_with
         assert figures["always"][1:] == [0.0] * (EPOCHS - 1), figures
 
 
-def test_the_gate_keeps_pinned_objects_dirty_data_and_quotas(proxy: CountingProxy, ebucket: str, seaweed: Any,
+def test_the_gate_keeps_pinned_objects_dirty_data_and_quotas(proxy: CountingProxy, module_seaweed_bucket: str, seaweed: Any,
                                                               tmp_path: Path) -> None:
     """A full cache of pinned objects refuses newcomers (victims are never pinned); a dirty write
     counts against the budget and is never a victim; a bucket quota still evicts; a pinned miss
     is cached even when that pushes the cache over (eviction then frees unpinned entries)."""
     remote = seaweed.client()
     policies = [{"bucket": "*", "prefix": "pin/", "pinned": True},
-                {"bucket": ebucket, "prefix": "quota/", "quota_bytes": 4 * MiB}]
-    pinned = upload(remote, ebucket, "pin/", 24, 512 * KiB)  # 12 MiB of the 16
-    hot = upload(remote, ebucket, "hot/", 8, 512 * KiB)
+                {"bucket": module_seaweed_bucket, "prefix": "quota/", "quota_bytes": 4 * MiB}]
+    pinned = upload(remote, module_seaweed_bucket, "pin/", 24, 512 * KiB)  # 12 MiB of the 16
+    hot = upload(remote, module_seaweed_bucket, "hot/", 8, 512 * KiB)
     with GatewayProcess(proxy, tmp_path / "gate", env=env("frequency", FERRY_POLICIES=json.dumps(policies))) as gw:
         client = gw.client()
         for key, body in {**pinned, **hot}.items():
-            assert whole(client, key, ebucket) == body
-        client.put_object(Bucket=ebucket, Key="dirty/known", Body=b"x")
+            assert whole(client, key, module_seaweed_bucket) == body
+        client.put_object(Bucket=module_seaweed_bucket, Key="dirty/known", Body=b"x")
         proxy.fail_with = 503  # the remote is down: this write lives only here, dirty
         dirty = os.urandom(2 * MiB)
-        client.put_object(Bucket=ebucket, Key="dirty/obj", Body=dirty)
+        client.put_object(Bucket=module_seaweed_bucket, Key="dirty/obj", Body=dirty)
         proxy.fail_with = None
         for _ in range(3):  # newcomers read once each, over and over a full cache
-            for key, body in upload(remote, ebucket, f"new-{uuid.uuid4().hex[:6]}/", 8, 512 * KiB).items():
-                assert whole(client, key, ebucket) == body
+            for key, body in upload(remote, module_seaweed_bucket, f"new-{uuid.uuid4().hex[:6]}/", 8, 512 * KiB).items():
+                assert whole(client, key, module_seaweed_bucket) == body
         proxy.reset()
         for key, body in pinned.items():
-            assert whole(client, key, ebucket) == body
+            assert whole(client, key, module_seaweed_bucket) == body
         assert not [s for s in proxy.gets() if s.key.startswith("pin/")], "a pinned object was evicted"
-        assert whole(client, "dirty/obj", ebucket) == dirty
-        quota = upload(remote, ebucket, "quota/", 8, MiB)
+        assert whole(client, "dirty/obj", module_seaweed_bucket) == dirty
+        quota = upload(remote, module_seaweed_bucket, "quota/", 8, MiB)
         for key, body in quota.items():
-            assert whole(client, key, ebucket) == body
+            assert whole(client, key, module_seaweed_bucket) == body
         deadline = time.monotonic() + 10  # the janitor enforces quotas every few seconds
         while True:
             db = sqlite3.connect(gw.data_dir / "ferry.db")
@@ -176,5 +164,5 @@ def test_the_gate_keeps_pinned_objects_dirty_data_and_quotas(proxy: CountingProx
         assert in_quota <= 4 * MiB, rows
         assert all(rows.get(k) == 512 * KiB for k in pinned)
         assert gw.flush()["durable"]
-        assert remote.get_object(Bucket=ebucket, Key="dirty/obj")["Body"].read() == dirty
+        assert remote.get_object(Bucket=module_seaweed_bucket, Key="dirty/obj")["Body"].read() == dirty
         client.close()

@@ -10,9 +10,7 @@ import os
 import random
 import sqlite3
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +22,7 @@ from tests.support.gateway import GatewayProcess
 MiB = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def pbucket(seaweed: Any) -> Iterator[str]:
-    name = f"pf-{uuid.uuid4().hex[:12]}"
-    seaweed.client().create_bucket(Bucket=name)
-    yield name
-
-
-@pytest.fixture(autouse=True)
-def _healthy(proxy: CountingProxy) -> Iterator[None]:
-    proxy.fail_with = None
-    proxy.reset()
-    yield
-    proxy.fail_with = None
+pytestmark = pytest.mark.usefixtures("healthy_proxy")
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -72,18 +58,18 @@ def lists(proxy: CountingProxy) -> int:
 
 
 def test_shards_in_key_order_are_fetched_ahead_and_not_past_a_stopped_reader(
-        proxy: CountingProxy, pbucket: str, seaweed: Any, tmp_path: Path) -> None:
-    data = upload(seaweed.client(), pbucket, "seq/shard-", 20)
+        proxy: CountingProxy, module_seaweed_bucket: str, seaweed: Any, tmp_path: Path) -> None:
+    data = upload(seaweed.client(), module_seaweed_bucket, "seq/shard-", 20)
     keys = sorted(data)
     with GatewayProcess(proxy, tmp_path / "gw", env=env()) as gw:
         client = gw.client()
         for key in keys[:3]:
-            assert client.get_object(Bucket=pbucket, Key=key)["Body"].read() == data[key]
+            assert client.get_object(Bucket=module_seaweed_bucket, Key=key)["Body"].read() == data[key]
         ahead = settled(proxy)
         assert [k for k in keys if ahead[k]] == keys[:7], "the three read and four (4 MiB) ahead"
         proxy.reset()
         for key in keys[3:10]:  # read while prefetched: hits, and the window moves on
-            assert client.get_object(Bucket=pbucket, Key=key)["Body"].read() == data[key]
+            assert client.get_object(Bucket=module_seaweed_bucket, Key=key)["Body"].read() == data[key]
         later = settled(proxy)
         assert not any(later[k] for k in keys[:7]), "prefetched shards were fetched again"
         assert [k for k in keys if later[k]] == keys[7:14], "four ahead of the last read, and no more"
@@ -94,14 +80,14 @@ def test_shards_in_key_order_are_fetched_ahead_and_not_past_a_stopped_reader(
         client.close()
 
 
-def test_random_reads_fetch_nothing_ahead(proxy: CountingProxy, pbucket: str, seaweed: Any, tmp_path: Path) -> None:
-    data = upload(seaweed.client(), pbucket, "rnd/shard-", 40)
+def test_random_reads_fetch_nothing_ahead(proxy: CountingProxy, module_seaweed_bucket: str, seaweed: Any, tmp_path: Path) -> None:
+    data = upload(seaweed.client(), module_seaweed_bucket, "rnd/shard-", 40)
     keys = sorted(data)
     picks = random.Random(28).sample(keys, 12)
     with GatewayProcess(proxy, tmp_path / "gw", env=env()) as gw:
         client = gw.client()
         for key in picks:
-            assert client.get_object(Bucket=pbucket, Key=key)["Body"].read() == data[key]
+            assert client.get_object(Bucket=module_seaweed_bucket, Key=key)["Body"].read() == data[key]
         fetched = settled(proxy)
         client.close()
     assert set(fetched) == set(picks), "only what was read"
@@ -109,15 +95,15 @@ def test_random_reads_fetch_nothing_ahead(proxy: CountingProxy, pbucket: str, se
 
 
 def test_prefix_policy_stages_the_prefix_within_the_cache_budget(
-        proxy: CountingProxy, pbucket: str, seaweed: Any, tmp_path: Path) -> None:
-    data = upload(seaweed.client(), pbucket, "ds/img-", 16)
+        proxy: CountingProxy, module_seaweed_bucket: str, seaweed: Any, tmp_path: Path) -> None:
+    data = upload(seaweed.client(), module_seaweed_bucket, "ds/img-", 16)
     budget = 8 * MiB
-    policies = [{"bucket": pbucket, "prefix": "ds/", "prefetch": "prefix"}]
+    policies = [{"bucket": module_seaweed_bucket, "prefix": "ds/", "prefetch": "prefix"}]
     with GatewayProcess(proxy, tmp_path / "gw",
                         env=env(FERRY_CACHE_BYTES=str(budget), FERRY_POLICIES=json.dumps(policies))) as gw:
         client = gw.client()
         first = sorted(data)[11]
-        assert client.get_object(Bucket=pbucket, Key=first)["Body"].read() == data[first]
+        assert client.get_object(Bucket=module_seaweed_bucket, Key=first)["Body"].read() == data[first]
         fetched = settled(proxy)
         db = sqlite3.connect(gw.data_dir / "ferry.db")
         cached = dict(db.execute("SELECT key, cached_bytes FROM cache_entries WHERE state = 'ready'").fetchall())
@@ -127,6 +113,6 @@ def test_prefix_policy_stages_the_prefix_within_the_cache_budget(
         assert sum(fetched.values()) <= len(cached) + 1, "nothing fetched that the cache did not keep"
         proxy.reset()
         for key in cached:
-            assert client.get_object(Bucket=pbucket, Key=key)["Body"].read() == data[key]
+            assert client.get_object(Bucket=module_seaweed_bucket, Key=key)["Body"].read() == data[key]
         assert settled(proxy, 0.5) == Counter(), "staged objects are hits"
         client.close()
