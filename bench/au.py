@@ -15,14 +15,16 @@ connector), ``shards`` (32 MiB objects read front to back in key order, one batc
 ``parquet`` (files read row group by row group with pyarrow's S3 filesystem, one batch per row
 group) and, with torch installed, ``torch`` (a ``DataLoader`` over ``s3torchconnector``'s
 ``S3MapDataset``, 2 worker processes, shuffled). Rows per shape and link: direct; Ferry epoch 1
-(cold), epochs 2 and 3 (warm); after ``ferry stage``; a cache half the dataset (epochs 2-3: AU
-and hit ratio, frequency admission beside LRU, ``admission: always``, in the same run).
+(cold), epochs 2 and 3 (warm); epoch 1 under a ``prefetch: prefix`` rule; after ``ferry stage``;
+a cache half the dataset (epochs 2-3: AU and hit ratio, frequency admission beside LRU,
+``admission: always``, in the same run).
 Install the stack first: ``pip install torch==2.13.0 && pip install -e ".[ml]"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import random
@@ -262,6 +264,9 @@ class Rows:
         with self.gateway() as gw:
             for n, name in enumerate(("ferry epoch 1 (cold)", "ferry epoch 2", "ferry epoch 3")):
                 out[name] = self.through(gw, seed + n)
+        rule = [{"bucket": self.bucket, "prefix": f"{self.prefix}{self.shape.name}/", "prefetch": "prefix"}]
+        with self.gateway(FERRY_POLICIES=json.dumps(rule)) as gw:
+            out["ferry epoch 1, prefetch: prefix"] = self.through(gw, seed)
         with self.gateway() as gw:
             stage(gw, self.bucket, f"{self.prefix}{self.shape.name}/")
             out["ferry after stage"] = self.through(gw, seed + 7)
