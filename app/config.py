@@ -156,7 +156,7 @@ class Settings(BaseSettings):
     cache_admission: Literal["frequency", "always", "second-hit"] = "frequency"
     cache_prefetch: Literal["sequential", "prefix", "off"] = "sequential"
     cache_prefetch_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Bytes fetched ahead of one sequential reader.")
-    cache_prefetch_parallel: int = Field(8, ge=1, le=256)
+    cache_prefetch_parallel: int = Field(16, ge=1, le=256)
     cache_revalidate_interval: float = Field(60.0, ge=0, description="Bulk revalidation period; 0 = off.")
     policies: list[dict[str, Any]] = Field(default_factory=list,
                                            description="Policy rules seeded into the catalog at start.")

@@ -252,15 +252,20 @@ class Rows:
         return GatewayProcess(self.remote, Path(tempfile.mkdtemp(dir=self.workdir)), env=env)
 
     def through(self, gw: GatewayProcess, seed: int) -> dict[str, float]:
-        before = hits(gw, self.bucket)
+        before, carried = hits(gw, self.bucket), link_bytes()
         row = self.run_epoch(gw.endpoint, ACCESS_KEY, SECRET_KEY, seed)
-        after = hits(gw, self.bucket)
+        after, now = hits(gw, self.bucket), link_bytes()
         reads = (after[0] - before[0]) + (after[1] - before[1])
-        row["hit"] = (after[0] - before[0]) / reads if reads else 0.0
+        row["hit"] = (after[0] - before[0]) / reads if reads else 0.0  # of the GETs, ranged ones each
+        if carried is not None and now is not None:  # of the bytes: what the remote did not send
+            row["remote"] = (now - carried) / self.dataset_bytes
         return row
 
     def all(self, seed: int) -> dict[str, dict[str, float]]:
+        carried = link_bytes()
         out = {"direct": self.run_epoch(self.remote.endpoint, self.remote.access_key, self.remote.secret_key, seed)}
+        if carried is not None and (now := link_bytes()) is not None:
+            out["direct"]["remote"] = (now - carried) / self.dataset_bytes
         with self.gateway() as gw:
             for n, name in enumerate(("ferry epoch 1 (cold)", "ferry epoch 2", "ferry epoch 3")):
                 out[name] = self.through(gw, seed + n)
@@ -276,6 +281,14 @@ class Rows:
                 rows = [self.through(gw, seed + n) for n in (1, 2)]
                 out[f"{label}, epochs 2-3"] = {k: statistics.fmean(r[k] for r in rows) for k in rows[0]}
         return out
+
+
+def link_bytes() -> int | None:
+    """Bytes the netsim link carried from the remote (its host-side interface), None on loopback."""
+    try:
+        return int(Path("/sys/class/net/ferrysim0/statistics/rx_bytes").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def hits(gw: GatewayProcess, bucket: str) -> tuple[int, int]:
@@ -320,7 +333,8 @@ def main(argv: list[str] | None = None) -> None:
         for link in links:
             where = region.shape(LINKS[link]) if region.kind == "netsim" else "loopback SeaweedFS, unshaped"
             print(f"\n### {link}: {where}\n")
-            print("| shape | row | AU (median) | hit ratio | epoch s | runs |\n|---|---|---|---|---|---|")
+            print("| shape | row | AU (median) | hit ratio (GETs) | remote bytes / dataset | epoch s | AU of each run |\n"
+                  "|---|---|---|---|---|---|---|")
             for shape in shapes:
                 rows = Rows(region.remote or remote, bucket, shape, sorted(data[shape.name]), prefix,
                             computes[shape.name], workdir)
@@ -330,8 +344,11 @@ def main(argv: list[str] | None = None) -> None:
                     hit = statistics.median(r[name].get("hit", 0.0) for r in runs)
                     wall = statistics.median(r[name]["wall"] for r in runs)
                     hit_text = f"{hit:.2f}" if name != "direct" else "-"
+                    remote_text = (f"{statistics.median(r[name]['remote'] for r in runs):.2f}"
+                                   if "remote" in runs[0][name] else "-")
                     each = " ".join(f"{r[name]['au']:.0%}" for r in runs)
-                    print(f"| {shape.name} | {name} | {au:.1%} | {hit_text} | {wall:.2f} | {each} |", flush=True)
+                    print(f"| {shape.name} | {name} | {au:.1%} | {hit_text} | {remote_text} | {wall:.2f} | {each} |",
+                          flush=True)
         print("\ncompute per batch (calibrated on local disk, AU >= 99 %): "
               + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in computes.items()))
     finally:
