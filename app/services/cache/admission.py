@@ -71,6 +71,7 @@ class FrequencyAdmission:
         self._measured_at: float | None = None
         self._since = 0  # bytes admitted (less bytes evicted) since the last measurement
         self._recent: dict[str, float] = {}  # key -> when it was last counted
+        self._refused: dict[str, tuple[int, float]] = {}  # key -> (size, when) of a recent refusal
 
     def record(self, bucket: str, key: str, from_start: bool = True) -> None:
         """One read of the key, after any decision about it (so a miss is judged by its history).
@@ -89,6 +90,24 @@ class FrequencyAdmission:
         self._recent.pop(name, None)
         self._recent[name] = now
         self.sketch.record(name)
+
+    def refused_size(self, bucket: str, key: str) -> int | None:
+        """The size of a key refused in the last ``REPEAT_SECONDS``: its next read (the next range
+        of a shard, a Parquet row group after its footer) is judged again without a discovery
+        GET, and read through with exactly its range when refused again. A discovery fetches a
+        whole block: once per refused object, not once per range."""
+        found = self._refused.get(sketch_key(bucket, key))
+        if found is None or self.clock() - found[1] >= REPEAT_SECONDS:
+            return None
+        return found[0]
+
+    def remember_refused(self, bucket: str, key: str, size: int) -> None:
+        if len(self._refused) >= RECENT_KEYS_MAX:
+            for old in list(self._refused)[: RECENT_KEYS_MAX // 2]:
+                self._refused.pop(old, None)
+        name = sketch_key(bucket, key)
+        self._refused.pop(name, None)
+        self._refused[name] = (size, self.clock())
 
     def gated(self, policy: Policy) -> bool:
         return policy.admission == "frequency" and bool(self.budget_bytes) and not policy.pinned

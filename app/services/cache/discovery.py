@@ -136,6 +136,8 @@ class Discovery(CacheBase):
             # A key the cache holds no row of is a newcomer: kept only if admission says so.
             rec.refused = gate and old is None and not await self._run(self.admission.decide, bucket, key,
                                                                         meta.size, policy)
+            if rec.refused:
+                self.admission.remember_refused(bucket, key, meta.size)
             entry = rec.provisional()
             name = self._name(entry, index)
             length = entry.block_length(index)

@@ -127,8 +127,16 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
                                    and not await self._run(self.index.mark_seen, bucket, key, tenant_id)):
                 _outcome("miss", bucket, tenant_id)
                 return None
+            gate = True
+            refused = self.admission.refused_size(bucket, key)
+            if refused is not None:  # refused a moment ago: judged again with no GET to learn its size
+                if not await self._run(self.admission.decide, bucket, key, refused, policy):
+                    self.admission.remember_refused(bucket, key, refused)
+                    _outcome("miss", bucket, tenant_id)
+                    return None  # read through, exactly the range asked for
+                gate = False  # admitted (and room made): the discovery keeps it
             entry = await self.discover(bucket, key, wanted.first_byte, policy, tenant_id,
-                                        whole=wanted.spec is None)
+                                        whole=wanted.spec is None, gate=gate)
             if entry is None:
                 _outcome("miss", bucket, tenant_id)
                 return None
