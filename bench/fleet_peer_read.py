@@ -83,6 +83,28 @@ def _get_ms(client: Any, bucket: str, key: str) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
+def _page_cache_write_ms(work: Path, size: int = 8 * 1024 * 1024, files: int = 24) -> tuple[float, float]:
+    """CPU ms to write ``size`` bytes into new page-cache pages (a new file each time, as a fill
+    does) and into pages already there (the same file rewritten): median of ``files``. A VM that
+    hands the host back the memory its guest freed (this one: firecracker, virtio-balloon) pays
+    for every first touch of a page, and a fill's copy is made of first touches."""
+    data = memoryview(os.urandom(size))
+    fresh, reused = [], []
+    for i in range(files):
+        fd = os.open(work / f"probe-{i}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            for sink, offset in ((fresh, None), (reused, 0)):
+                t0 = time.thread_time()
+                if offset is None:
+                    os.write(fd, data)
+                else:
+                    os.pwrite(fd, data, offset)
+                sink.append((time.thread_time() - t0) * 1000)
+        finally:
+            os.close(fd)
+    return statistics.median(fresh), statistics.median(reused)
+
+
 def _database() -> tuple[str, str]:
     name = f"ferry_bench_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True) as admin:
@@ -122,10 +144,13 @@ def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
                         # The peer read's copy is accounted and published before its last byte;
                         # the pause keeps the next GET apart from its background chores.
                         time.sleep(0.2)
+        fresh, reused = _page_cache_write_ms(work)
     finally:
         _drop(name)
         shutil.rmtree(work, ignore_errors=True)
-    return {s: {k: statistics.median(v) for k, v in r.items()} for s, r in results.items()}
+    medians = {s: {k: statistics.median(v) for k, v in r.items()} for s, r in results.items()}
+    medians["page cache"] = {"8 MiB into new pages": fresh, "8 MiB over cached pages": reused}
+    return medians
 
 
 def main() -> None:
@@ -136,9 +161,12 @@ def main() -> None:
     medians = run(args.runs, args.remote_delay_ms)
     print(f"medians of {args.runs} whole-object GETs, ms (remote delay {args.remote_delay_ms} ms per request)")
     print(f"{'size':>8} {'hit':>8} {'peer':>8} {'miss':>8}   gateway CPU ms: {'hit':>6} {'peer':>6} {'miss':>6}")
+    probe = medians.pop("page cache")
     for label, m in medians.items():
         print(f"{label:>8} {m['hit']:8.1f} {m['peer']:8.1f} {m['miss']:8.1f}   {'':15}{m['hit cpu']:6.1f} "
               f"{m['peer cpu']:6.1f} {m['miss cpu']:6.1f}")
+    print("CPU ms to write into the page cache, after the run: " +
+          ", ".join(f"{k} {v:.1f}" for k, v in probe.items()))
 
 
 if __name__ == "__main__":

@@ -253,11 +253,18 @@ class Filling(CacheBase):
             first = job.index * entry.block_size
             with on_behalf_of(entry.tenant_id):  # a peer that serves the block charges this tenant
                 job.body = self.source.open_range(entry.bucket, entry.key, entry.etag, first, first + job.length - 1)
+        # A body that reads into a buffer (a peer's) fills one reused buffer: no new bytes object
+        # per chunk. Others (botocore's, which counts and checks what it hands out) are read.
+        readinto = getattr(job.body, "readinto", None)
+        buffer = memoryview(bytearray(FETCH_CHUNK)) if readinto is not None else None
         while True:
             want = min(FETCH_CHUNK, job.length - fill.file.written) or FETCH_CHUNK
             # The first bytes are forwarded as soon as they arrive (time to first byte).
             try:
-                chunk = read_available(job.body, want) if not fill.file.written else job.body.read(want)
+                if readinto is not None and buffer is not None and fill.file.written:
+                    chunk: bytes | memoryview = buffer[:readinto(buffer[:want])]
+                else:
+                    chunk = read_available(job.body, want) if not fill.file.written else job.body.read(want)
             except Exception as exc:
                 metrics.remote_body_failed(body_failure(exc))
                 raise
