@@ -19,6 +19,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
+from app.adapters.catalog.engine import writer
 from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.remote_opening import key_lock_id
 from app.adapters.catalog.tables import CacheEntry, ObjectVersion, Tenant, table
@@ -111,10 +112,8 @@ _CACHE_LOCK_SPACE = 0x46657272  # PostgreSQL advisory locks (space, id): apart f
 def lock_key_entries(conn: Connection, bucket: str, key: str) -> None:
     """Serialise, within the caller's transaction, everything that checks or invalidates the
     key's cache entries. PostgreSQL: an advisory lock of the key, taken before any of them is
-    touched. SQLite: every writing transaction holds the database's one write lock until it
-    ends, so a transaction whose first statement writes (``put_ready``'s delete) already holds it
-    when it checks (pysqlite begins a transaction only at the first write: a check run before
-    that would read outside it)."""
+    touched. SQLite: every writing transaction begins with ``BEGIN IMMEDIATE`` (engine.writer)
+    and holds the database's one write lock until it ends, so nothing is left to lock here."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:space, :id)"),
                      {"space": _CACHE_LOCK_SPACE, "id": key_lock_id(bucket, key)})
@@ -178,7 +177,7 @@ class CacheIndex:
         """A writing transaction. Cache rows describe clean copies of remote data: a commit lost
         in a crash costs a refetch, never a write, so on PostgreSQL it need not wait for the WAL
         flush (``relaxed=False``: the caller relaxes it itself, in its first statement)."""
-        with self._write_lock, self.engine.begin() as conn:
+        with self._write_lock, writer(self.engine).begin() as conn:
             if self._relaxed_commit and relaxed:
                 conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
             yield conn

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, select
-from sqlalchemy.orm import InstrumentedAttribute, sessionmaker
+from sqlalchemy.orm import InstrumentedAttribute
 
 from app.adapters.catalog.cache_index import SHARED_NODE
+from app.adapters.catalog.engine import Sessions
 from app.adapters.catalog.tables import CacheEntry, Tenant
 from app.domain.states import CacheState
 
@@ -57,7 +58,7 @@ class CachedCopy:
 
 class CacheUsageQueries:
     def __init__(self, engine: Engine) -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
 
     def usage(self) -> CacheUsage:
         ready = CacheEntry.state == CacheState.READY.value

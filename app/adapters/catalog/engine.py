@@ -1,13 +1,17 @@
-"""Engine creation: SQLite gets WAL and a busy timeout; PostgreSQL a sized pool."""
+"""Engine creation: SQLite gets WAL, a busy timeout and writing transactions that take the write
+lock first; PostgreSQL a sized pool."""
 
 from __future__ import annotations
 
 import sqlite3
+import weakref
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, Engine, Result, create_engine, event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.domain.errors import CatalogFull, CatalogUnavailable
 
@@ -16,6 +20,37 @@ def affected(result: Result[Any]) -> int:
     """Rows an UPDATE or DELETE matched. ``Session.execute`` is typed as returning a plain
     ``Result``; for DML it is the ``CursorResult`` that carries the count."""
     return int(cast(CursorResult[Any], result).rowcount or 0)
+
+
+_IMMEDIATE = "ferry_sqlite_immediate"
+_WRITERS: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+
+
+def writer(engine: Engine) -> Engine:
+    """The same engine (one pool) for writing transactions: on SQLite they begin with
+    ``BEGIN IMMEDIATE``, so a check and the write it decides are one step against every other
+    writer (pysqlite left the reads before a transaction's first write outside it: the class of
+    check-then-write races issue 16 fixed one at a time). PostgreSQL ignores the option and keeps
+    its row and advisory locks."""
+    found = _WRITERS.get(engine)
+    if found is None:
+        found = _WRITERS[engine] = engine.execution_options(**{_IMMEDIATE: True})
+    return found
+
+
+class Sessions:
+    """ORM sessions of one engine: ``sessions()`` to read, ``sessions.begin()`` for a writing
+    transaction (on SQLite it begins with ``BEGIN IMMEDIATE``, see ``writer``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._read = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+
+    def __call__(self) -> Session:
+        return self._read()
+
+    def begin(self) -> AbstractContextManager[Session]:
+        return self._write.begin()
 
 
 def make_engine(url: str, *, pool_size: int = 10, synchronous: str = "FULL") -> Engine:
@@ -37,6 +72,13 @@ def make_engine(url: str, *, pool_size: int = 10, synchronous: str = "FULL") -> 
             cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
+            # SQLAlchemy, not pysqlite, begins transactions (below): pysqlite's own BEGIN comes
+            # only before the first write, and is never IMMEDIATE.
+            dbapi_conn.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_IMMEDIATE) else "BEGIN")
 
         event.listen(engine, "handle_error", _disk_full)
         return engine

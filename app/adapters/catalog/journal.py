@@ -17,9 +17,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, and_, bindparam, delete, exists, func, or_, select, update
-from sqlalchemy.orm import aliased, sessionmaker
+from sqlalchemy.orm import aliased
 
 from app.adapters.catalog.cache_index import invalidate_key
+from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.hotpath import SqliteLookups
 from app.adapters.catalog.journal_destage import DestageMoves
 from app.adapters.catalog.repo import UploadClaim, finish_upload
@@ -93,8 +94,8 @@ class Journal(DestageMoves):
         self.node_id = node_id
         self.takeover_grace = takeover_grace
         self.clock = clock
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
-        self.bookkeeping = sessionmaker(bookkeeping or engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
+        self.bookkeeping = Sessions(bookkeeping or engine)
         self.is_postgres = engine.dialect.name == "postgresql"
         self.lookups = SqliteLookups.for_engine(engine)
         t = table(ObjectVersion)
@@ -326,8 +327,8 @@ class Journal(DestageMoves):
         done = 0
         while True:
             with self.sessions.begin() as s:
-                deleted = int(s.execute(delete(ObjectVersion).where(ObjectVersion.seq.in_(
-                    self._compactable(cutoff, batch))).execution_options(synchronize_session=False)).rowcount or 0)
+                deleted = affected(s.execute(delete(ObjectVersion).where(ObjectVersion.seq.in_(
+                    self._compactable(cutoff, batch))).execution_options(synchronize_session=False)))
             done += deleted
             if deleted < batch:
                 return done

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, exists, func, select, text, update
-from sqlalchemy.orm import aliased, sessionmaker
+from sqlalchemy.orm import aliased
 
 from app.adapters.catalog.cache_index import invalidate_key
+from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.journal_moves import move_rows
 from app.adapters.catalog.remote_opening import key_lock_id, opener_of_key
 from app.adapters.catalog.remotes import check_route
@@ -30,8 +31,8 @@ class DestageMoves:
     node_id: str
     takeover_grace: float
     clock: Callable[[], float]
-    sessions: sessionmaker[Any]
-    bookkeeping: sessionmaker[Any]
+    sessions: Sessions
+    bookkeeping: Sessions
     is_postgres: bool
 
     def get(self, seq: int) -> VersionRow | None:
@@ -78,7 +79,7 @@ class DestageMoves:
                 .where(ObjectVersion.seq == row.seq, ObjectVersion.state == VersionState.DESTAGING.value,
                        ObjectVersion.generation == row.generation)
                 .values(lease_until=self.clock() + lease_seconds).execution_options(synchronize_session=False))
-            return result.rowcount == 1
+            return affected(result) == 1
 
     def record_remote_upload(self, row: VersionRow, remote_upload_id: str) -> bool:
         """The remote multipart upload a DESTAGING row's holder just created, named on the row
@@ -90,7 +91,7 @@ class DestageMoves:
                 .where(ObjectVersion.seq == row.seq, ObjectVersion.state == VersionState.DESTAGING.value,
                        ObjectVersion.generation == row.generation)
                 .values(remote_upload_id=remote_upload_id).execution_options(synchronize_session=False))
-            return result.rowcount == 1
+            return affected(result) == 1
 
     def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None, *,
                      invalidate_cache: bool = False, relaxed: bool = False, route: RouteStamp | None = None) -> bool:
@@ -115,7 +116,7 @@ class DestageMoves:
             result = s.execute(update(ObjectVersion).where(ObjectVersion.seq == seq,
                                                            ObjectVersion.state == VersionState.BUFFERED.value)
                                .values(next_attempt_at=0.0).execution_options(synchronize_session=False))
-            return result.rowcount == 1
+            return affected(result) == 1
 
     def mark_superseded(self, row: VersionRow) -> bool:
         """The row's state (as read) -> SUPERSEDED; raises if the table forbids it (a final row)."""

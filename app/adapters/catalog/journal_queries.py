@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine, func, select
-from sqlalchemy.orm import sessionmaker
 
+from app.adapters.catalog.engine import Sessions
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.journal_moves import move_rows
 from app.adapters.catalog.tables import ObjectVersion
@@ -50,7 +50,7 @@ class JournalSummary:
 
 class JournalQueries:
     def __init__(self, engine: Engine) -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
 
     def entries(self, states: list[str], bucket: str | None = None, prefix: str = "", limit: int = 100,
                 after_seq: int = 0) -> list[JournalEntry]:

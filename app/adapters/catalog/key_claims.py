@@ -17,6 +17,7 @@ import time
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from app.adapters.catalog.engine import writer
 from app.adapters.catalog.tables import KeyClaim
 from app.domain.conditions import PreviousWrite
 
@@ -34,13 +35,13 @@ class KeyClaims:
         now = time.time()
         mine = {"token": token, "lease_until": now + lease_seconds, "node_id": self.node_id}
         try:
-            with self.engine.begin() as conn:
+            with writer(self.engine).begin() as conn:
                 conn.execute(insert(KeyClaim).values(bucket=bucket, key=key, done_at=0.0, **mine))
             return PreviousWrite(None, None, 0.0)
         except IntegrityError:
             pass  # a row exists: take it only if it is released or its lease ran out
         t = KeyClaim
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             # Take it first, then read what the last write left: read before, a release
             # committed in between would be missed (SQLite runs a SELECT that precedes every
             # write outside the transaction), and a retry of that write would be refused.
@@ -60,19 +61,19 @@ class KeyClaims:
         values: dict[str, object] = {"token": "", "lease_until": 0.0}
         if etag is not None:
             values.update(invocation=invocation, etag=etag, done_at=time.time())
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             conn.execute(update(t).where(t.bucket == bucket, t.key == key, t.token == token).values(**values))
 
     def forget_key_claims(self, done_before: float) -> int:
         """Drop released claims whose last result is older than the cutoff: a retry of that
         request is long over, and the table stays one row per recently written key."""
         t = KeyClaim
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             return int(conn.execute(delete(t).where(t.lease_until == 0, t.done_at < done_before)).rowcount)
 
     def release_key_claims_of_node(self) -> int:
         """Crash recovery at start: claims this node holds died with its previous run."""
         t = KeyClaim
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             return int(conn.execute(update(t).where(t.node_id == self.node_id, t.lease_until > 0)
                                     .values(token="", lease_until=0.0)).rowcount)

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import sessionmaker
 
-from app.adapters.catalog.engine import affected
+from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.tables import Node
 
 
@@ -48,7 +47,7 @@ class NodeRegistry:
     """This process's row in ``nodes``: register, heartbeat, leave."""
 
     def __init__(self, engine: Engine, node_id: str, version: str, data_dir_id: str, address: str = "") -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
         self.node_id = node_id
         self.address = address  # host:port of the internal endpoint, '' without one
         self.data_dir_id = data_dir_id

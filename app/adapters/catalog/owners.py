@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import sessionmaker
 
+from app.adapters.catalog.engine import Sessions
 from app.adapters.catalog.errors import NotFound
 from app.adapters.catalog.tables import BucketOwner, StagingJob, Tenant
 from app.adapters.catalog.tables import Policy as PolicyRow
@@ -29,7 +29,7 @@ class OwnerInfo:
 
 class OwnerRepo:
     def __init__(self, engine: Engine, default_tenant: str = "default") -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
         self.default_tenant = default_tenant
 
     def snapshot(self) -> OwnerMap:

@@ -16,6 +16,7 @@ import time
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from app.adapters.catalog.engine import writer
 from app.adapters.catalog.tables import PartCopy
 
 
@@ -31,20 +32,20 @@ class PartClaims:
         now = time.time()
         mine = {"token": token, "lease_until": now + lease_seconds, "node_id": self.node_id}
         try:
-            with self.engine.begin() as conn:
+            with writer(self.engine).begin() as conn:
                 conn.execute(insert(PartCopy).values(remote_upload_id=remote_id, part_number=number, **mine))
             return True
         except IntegrityError:
             pass  # a row exists: take it only if its lease ran out (its holder died)
         t = PartCopy
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             moved = conn.execute(update(t).where(t.remote_upload_id == remote_id, t.part_number == number,
                                                  t.lease_until < now).values(**mine)).rowcount
         return moved == 1
 
     def renew_part(self, remote_id: str, number: int, token: str, lease_seconds: float) -> bool:
         t = PartCopy
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             moved = conn.execute(update(t).where(t.remote_upload_id == remote_id, t.part_number == number,
                                                  t.token == token)
                                  .values(lease_until=time.time() + lease_seconds)).rowcount
@@ -52,7 +53,7 @@ class PartClaims:
 
     def release_part(self, remote_id: str, number: int, token: str) -> None:
         t = PartCopy
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             conn.execute(delete(t).where(t.remote_upload_id == remote_id, t.part_number == number,
                                          t.token == token))
 
@@ -67,12 +68,12 @@ class PartClaims:
     def forget_parts(self, remote_id: str) -> None:
         """Drop what is left of an upload that is completed or aborted (claims of dead holders)."""
         t = PartCopy
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             conn.execute(delete(t).where(t.remote_upload_id == remote_id))
 
     def forget_run_out(self, ended_before: float) -> int:
         """Drop claims whose lease ended before ``ended_before``: a holder killed mid-copy whose
         upload was then aborted or expired (nothing else deletes its row)."""
         t = PartCopy
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             return int(conn.execute(delete(t).where(t.lease_until < ended_before)).rowcount or 0)

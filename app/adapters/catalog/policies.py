@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 
 from sqlalchemy import Engine, delete, func, select
-from sqlalchemy.orm import sessionmaker
 
-from app.adapters.catalog.engine import affected
+from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.tables import Policy as PolicyRow
 from app.domain.policy import PolicyRule, validate_rule
 
@@ -22,7 +21,7 @@ def _rule(row: PolicyRow) -> PolicyRule:
 
 class PolicyRepo:
     def __init__(self, engine: Engine) -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
 
     def list(self) -> list[PolicyRule]:
         with self.sessions() as s:

@@ -28,6 +28,7 @@ from typing import Literal
 
 from sqlalchemy import ColumnElement, Engine, exists, select, text, update
 
+from app.adapters.catalog.engine import writer
 from app.adapters.catalog.tables import MultipartUpload, ObjectVersion
 from app.domain.states import UploadState, VersionState
 
@@ -69,7 +70,7 @@ class RemoteOpenings:
         less than ``grace`` ago), is at it; ("gone", None): not open any more."""
         u = MultipartUpload
         now = time.time()
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             row = conn.execute(select(u.state, u.remote_upload_id, u.bucket, u.key)
                                .where(u.upload_id == upload_id)).first()
             if row is not None and row.remote_upload_id is not None and row.state in _LIVE:
@@ -89,7 +90,7 @@ class RemoteOpenings:
         """Record the remote upload the holder of ``token`` created; False when its opening is
         no longer its own (the upload ended, or a Complete gave up waiting): it must abort it."""
         u = MultipartUpload
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             done = conn.execute(update(u).where(u.upload_id == upload_id, u.remote_opener == token,
                                                 u.remote_upload_id.is_(None), u.state.in_(_LIVE))
                                 .values(remote_upload_id=remote_upload_id, **_NO_OPENER)).rowcount
@@ -98,7 +99,7 @@ class RemoteOpenings:
     def drop_remote_opener(self, upload_id: str, token: str) -> None:
         """The holder created nothing (the remote refused): let the next copy or the Complete go on."""
         u = MultipartUpload
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             conn.execute(update(u).where(u.upload_id == upload_id, u.remote_opener == token).values(**_NO_OPENER))
 
     def settled_remote_upload(self, upload_id: str) -> tuple[bool, str | None]:
@@ -107,7 +108,7 @@ class RemoteOpenings:
         what it created), so the id read when settled is the one the destage may reuse."""
         u = MultipartUpload
         now = time.time()
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             conn.execute(update(u).where(u.upload_id == upload_id, u.remote_opener.is_not(None),
                                          u.remote_opener_until < now).values(**_NO_OPENER))
             row = conn.execute(select(u.remote_upload_id, u.remote_opener).where(u.upload_id == upload_id)).first()
@@ -120,7 +121,7 @@ class RemoteOpenings:
         remote upload id, striking off a live opener at once instead of waiting for its
         CreateMultipartUpload; the destage opens its own remote upload when there is none."""
         u = MultipartUpload
-        with self.engine.begin() as conn:
+        with writer(self.engine).begin() as conn:
             conn.execute(update(u).where(u.upload_id == upload_id, u.remote_opener.is_not(None)).values(**_NO_OPENER))
             found = conn.execute(select(u.remote_upload_id).where(u.upload_id == upload_id)).scalar()
         return str(found) if found else None

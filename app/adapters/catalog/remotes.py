@@ -16,10 +16,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, exists, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app.adapters.catalog.cache_index import move_entries
-from app.adapters.catalog.engine import affected
+from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.tables import BucketMapping, CacheEntry, Remote, RoutingGeneration
 from app.domain.routing import DEFAULT_ROUTE, RouteId, RouteMoved, RouteStamp
@@ -112,7 +112,7 @@ def _remote(r: Remote) -> RemoteInfo:
 
 class RemoteRepo:
     def __init__(self, engine: Engine) -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
 
     # ---- remotes -----------------------------------------------------------------------------
     def create(self, **values: Any) -> RemoteInfo:

@@ -13,9 +13,8 @@ import json
 import time
 
 from sqlalchemy import ColumnElement, Engine, and_, delete, exists, select, update
-from sqlalchemy.orm import sessionmaker
 
-from app.adapters.catalog.engine import affected
+from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.tables import JournalReplica, Node, ObjectVersion
 from app.domain.states import DIRTY, VersionState
 
@@ -29,7 +28,7 @@ class ReplicaRepo:
     """This node's replica records: what it holds for others, and what it takes over."""
 
     def __init__(self, engine: Engine, node_id: str) -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
         self.node_id = node_id
 
     def _lost(self, now: float, stale_after: float) -> ColumnElement[bool]:

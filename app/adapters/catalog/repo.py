@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Connection, Engine, delete, or_, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from app.adapters.catalog.engine import affected
+from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.key_claims import KeyClaims
 from app.adapters.catalog.remote_opening import Opening, RemoteOpenings
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant, table
@@ -80,7 +80,7 @@ class Catalog:
     def __init__(self, engine: Engine, node_id: str | None = None) -> None:
         self.engine = engine
         self.node_id = node_id  # recorded on uploads and parts: whose data directory holds them
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
         self._secrets: dict[str, tuple[float, str | None, int | None]] = {}
         self.claims = KeyClaims(engine, node_id)
         self.openings = RemoteOpenings(engine)

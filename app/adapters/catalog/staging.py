@@ -11,9 +11,8 @@ import secrets
 import time
 
 from sqlalchemy import Engine, func, select, update
-from sqlalchemy.orm import sessionmaker
 
-from app.adapters.catalog.engine import affected
+from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.tables import StagingJob
 from app.domain.staging import ACTIVE, JobInfo, Progress
@@ -27,7 +26,7 @@ def _info(r: StagingJob) -> JobInfo:
 
 class StagingRepo:
     def __init__(self, engine: Engine) -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
 
     def create(self, bucket: str, prefix: str, node_id: str, tenant_id: int | None) -> JobInfo:
         with self.sessions.begin() as s:

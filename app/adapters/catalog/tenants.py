@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
+from app.adapters.catalog.engine import Sessions
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.tables import AccessKey, Tenant
 
@@ -55,7 +56,7 @@ class KeyInfo:
 
 class TenantRepo:
     def __init__(self, engine: Engine) -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
 
     # ---- tenants -----------------------------------------------------------------------------
     def _tenant(self, s: Session, name: str) -> Tenant:

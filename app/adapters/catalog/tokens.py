@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import Engine, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import sessionmaker
 
+from app.adapters.catalog.engine import Sessions
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.tables import AdminToken, Tenant
 
@@ -46,7 +46,7 @@ def _with_tenant() -> Any:
 
 class TokenRepo:
     def __init__(self, engine: Engine) -> None:
-        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
 
     def create(self, name: str, scopes: list[str], tenant: str | None = None) -> tuple[TokenInfo, str]:
         """A new token (bound to ``tenant`` when given); the secret is returned here and never again."""
