@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.adapters.blockformat import DATA_OFFSET, BlockHeader, crc32, parse
+from app.adapters.blockreader import BlockReader
 
 LOCK_SPACE = 1 << 40
 # A retired block stays readable this long after its delete (its ctime: the rename's). A GET that
@@ -65,6 +66,10 @@ class FillFile:
     written: int = 0
     crc: int = 0
 
+    def open_reader(self) -> int:
+        """A read-only descriptor of this file for readers that follow the fill (``BlockReader``)."""
+        return BlockReader.open(str(self.path))
+
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
         self.crc = crc32(view, self.crc)
@@ -92,7 +97,9 @@ _HEX = frozenset("0123456789abcdef")
 
 
 class CacheStore:
-    """The only code that touches cached files."""
+    """The only code that touches cached files; ``reader`` reads their bytes for the read cache."""
+
+    reader = BlockReader()
 
     def __init__(self, data_dir: Path) -> None:
         self.root = data_dir.resolve() / "cache"

@@ -151,3 +151,19 @@ def test_no_import_cycles_counting_imports_inside_functions() -> None:
     modules = {_module_name(p) for p in paths}
     graph = {_module_name(p): _runtime_imports(p, modules) for p in paths}
     assert _cycles(graph) == []
+
+
+def test_only_the_cache_store_touches_block_files() -> None:
+    """Block I/O lives in ``adapters/cachestore`` and the ``BlockReader`` it hands out (issue 27): the
+    read cache never opens, preads or maps a block file, nor knows where its bytes start."""
+    raw_io = {"open", "pread", "pwrite", "dup", "sendfile", "mmap"}
+    found = []
+    for path in _modules(APP / "services"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in ("os", "mmap") and node.attr in raw_io):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value.id}.{node.attr}")
+        found += [f"{path.relative_to(ROOT)} imports {name}" for name in _imports(path)
+                  if name in ("mmap", "app.adapters.blockformat")]
+    assert found == []

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -29,7 +28,6 @@ import anyio
 import anyio.to_thread
 
 from app import metrics
-from app.adapters.blockformat import DATA_OFFSET
 from app.adapters.remote import body_failure, read_available
 from app.domain.cache import Entry
 from app.domain.checksums import new_checksum, whole_object_checksum
@@ -39,7 +37,7 @@ from app.domain.states import CacheState
 from app.services.cache.base import CacheBase
 from app.services.cache.on_behalf import on_behalf_of
 from app.services.cache.recording import PendingEntry, Recording, row_id
-from app.services.ports import BlockFill, RemoteObjects
+from app.services.ports import BlockFill, BlockReads, RemoteObjects
 
 INLINE_READ = 256 * 1024
 SEND_CHUNK = 4 * 1024 * 1024
@@ -54,6 +52,7 @@ class Fill:
     length: int
     file: BlockFill
     loop: asyncio.AbstractEventLoop
+    reader: BlockReads
     read_fd: int = -1
     holds_last: bool = False  # the last byte waits for the fill's verdict (a checksum to check)
     done: bool = False
@@ -62,7 +61,7 @@ class Fill:
     _finished: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
-        self.read_fd = os.open(self.file.path, os.O_RDONLY)
+        self.read_fd = self.file.open_reader()
 
     @property
     def written(self) -> int:
@@ -85,12 +84,12 @@ class Fill:
         self.notify()
         self._finished.set()
         if self.read_fd >= 0:
-            os.close(self.read_fd)
+            self.reader.close(self.read_fd)
             self.read_fd = -1
 
     def reader_fd(self) -> int | None:
         """A private descriptor of the filling file, or None once it finished (read the block)."""
-        return os.dup(self.read_fd) if self.read_fd >= 0 else None
+        return self.reader.dup(self.read_fd) if self.read_fd >= 0 else None
 
     async def wait_finished(self) -> None:
         await self._finished.wait()
@@ -108,13 +107,13 @@ class Fill:
                 if available > pos:
                     n = min(available - pos, SEND_CHUNK)
                     if file_ranges:
-                        yield FileRange(fd, DATA_OFFSET + pos, n)
+                        yield self.reader.file_range(fd, pos, n)
                         pos += n
                         continue
                     if n <= INLINE_READ:
-                        chunk = os.pread(fd, n, DATA_OFFSET + pos)
+                        chunk = self.reader.read(fd, pos, n)
                     else:
-                        chunk = await asyncio.to_thread(os.pread, fd, n, DATA_OFFSET + pos)
+                        chunk = await asyncio.to_thread(self.reader.read, fd, pos, n)
                     if not chunk:
                         raise S3Error("InternalError", "a cached block is shorter than recorded")
                     pos += len(chunk)
@@ -130,7 +129,7 @@ class Fill:
                 await changed.wait()
         finally:
             with contextlib.suppress(OSError):
-                os.close(fd)
+                self.reader.close(fd)
 
 
 class BlockCrc:
@@ -203,7 +202,7 @@ class Filling(CacheBase):
         row (see recording.py)."""
         loop = asyncio.get_running_loop()
         try:
-            fill = Fill(name, length, self.store.open_fill(name, index), loop)
+            fill = Fill(name, length, self.store.open_fill(name, index), loop, self.store.reader)
         except BaseException:
             self.store.unlock(name)
             raise

@@ -6,14 +6,12 @@ or a new fill once its cross-process lock is ours).
 from __future__ import annotations
 
 import asyncio
-import mmap
-import os
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from app import metrics
-from app.adapters.blockformat import DATA_OFFSET
 from app.domain.cache import Entry
 from app.domain.errors import S3Error
 from app.domain.objects import FileRange, FileSegment
@@ -41,7 +39,7 @@ class Serving(CacheBase):
                 return None
             start = max(first, idx * size) - idx * size
             end = min(last, idx * size + length - 1) - idx * size
-            segments.append(FileSegment(self.store.file_of(name), DATA_OFFSET + start, end - start + 1, opener))
+            segments.append(self.store.reader.segment(self.store.file_of(name), start, end - start + 1, opener))
         return segments
 
     def _small_hit(self, entry: Entry, first: int, last: int) -> tuple[bytes, list[FileSegment]] | None:
@@ -59,7 +57,7 @@ class Serving(CacheBase):
             return None
         start = first - idx * size
         body = data[start:last - idx * size + 1] if start or last - idx * size + 1 != len(data) else data
-        return body, [FileSegment(self.store.file_of(name), DATA_OFFSET + start, len(body), self.store.open_file)]
+        return body, [self.store.reader.segment(self.store.file_of(name), start, len(body), self.store.open_file)]
 
     async def _stream(self, entry: Entry, first: int, last: int, outcome: str, *,
                       record: bool = True, file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
@@ -130,35 +128,28 @@ class Serving(CacheBase):
         if not isinstance(source, int):
             try:
                 source = self.store.open_block(source if isinstance(source, str) and len(source) == 64
-                                               else os.path.basename(source))
+                                               else Path(source).name)
             except FileNotFoundError as exc:  # deleted and swept (past the retired grace): the client retries
                 raise S3Error("ServiceUnavailable", "A cached block disappeared while being served.") from exc
         async for chunk in self._serve_open(source, start, end, file_ranges):
             yield chunk
 
-    @staticmethod
-    async def _serve_open(fd: int, start: int, end: int,
+    async def _serve_open(self, fd: int, start: int, end: int,
                           file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
         """Bytes ``start..end`` of an open block file; closes ``fd`` when done."""
+        reader = self.store.reader
         length = end - start + 1
         try:
             if length <= INLINE_READ:
-                yield os.pread(fd, length, DATA_OFFSET + start)
+                yield reader.read(fd, start, length)
                 return
             if file_ranges:
-                yield FileRange(fd, DATA_OFFSET + start, length)
+                yield reader.file_range(fd, start, length)
                 return
-            # Slices of a read-only map go to the socket without a copy into Python bytes; the
-            # map is freed when the last slice is (block files are never truncated, only retired
-            # and unlinked).
-            view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
-            pos, end = DATA_OFFSET + start, DATA_OFFSET + end
-            while pos <= end:
-                n = min(SEND_CHUNK, end + 1 - pos)
-                yield view[pos:pos + n]
-                pos += n
+            for piece in reader.slices(fd, start, end, SEND_CHUNK):  # to the socket without a copy
+                yield piece
         finally:
-            os.close(fd)
+            reader.close(fd)
 
     async def acquire(self, entry: Entry, index: int) -> tuple[Any, bool]:
         """A source for block ``index``: its file path, or the Fill that is fetching it. The flag
