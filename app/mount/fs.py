@@ -87,7 +87,15 @@ class FerryFS(pyfuse3.Operations):
             if name in cached.files:
                 return self._attrs(where, cached.files[name])
             raise fail(errno.ENOENT)
-        if await self._call(self.objects.has_under, bucket, f"{key}/"):
+        try:
+            is_prefix = await self._call(self.objects.has_under, bucket, f"{key}/")
+        except pyfuse3.FUSEError as exc:
+            # A listing is the remote's: while it is out, a file the gateway knows (buffered on any
+            # node) still resolves by its HEAD.
+            if exc.errno != errno.EAGAIN or await self.meta.file_stat(where) is None:
+                raise
+            is_prefix = False
+        if is_prefix:
             return self._attrs((bucket, f"{key}/"), None)
         found = await self.meta.file_stat(where)
         if found is None:

@@ -4,6 +4,7 @@ and dropped at once where this mount made the change."""
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -32,7 +33,15 @@ class Metadata:
         cached = self.fresh_listing(ROOT)
         if cached is not None:
             return cached.dirs
-        names: list[str] = await self.call(self.objects.buckets)
+        try:
+            names: list[str] = await self.call(self.objects.buckets)
+        except OSError as exc:
+            # The remote is out (ListBuckets is the remote's): the buckets seen last still resolve,
+            # so files buffered in them by any node stay readable; a new bucket waits for the remote.
+            stale = self._listings.get(ROOT)
+            if exc.errno != errno.EAGAIN or stale is None:
+                raise
+            return stale[1].dirs
         self._listings[ROOT] = (time.monotonic(), Listing(names, {}))
         return names
 
