@@ -9,6 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pyfuse3
+
 from app.mount.inodes import ROOT, Where, child, parent_of
 from app.mount.objects import FileStat, GatewayObjects, Listing
 
@@ -35,9 +37,10 @@ class Metadata:
             return cached.dirs
         try:
             names: list[str] = await self.call(self.objects.buckets)
-        except OSError as exc:
+        except (OSError, pyfuse3.FUSEError) as exc:
             # The remote is out (ListBuckets is the remote's): the buckets seen last still resolve,
             # so files buffered in them by any node stay readable; a new bucket waits for the remote.
+            # (``call`` answers a gateway error as the FUSEError the kernel gets, errno and all.)
             stale = self._listings.get(ROOT)
             if exc.errno != errno.EAGAIN or stale is None:
                 raise

@@ -1,0 +1,68 @@
+"""The mount's metadata cache while the remote is out: the buckets seen last still resolve.
+
+``Metadata.call`` is the filesystem's ``_call``, which answers every gateway error as the
+``FUSEError`` the kernel gets, so the fallback must read that error's errno (stop 37's CI failure:
+it caught only ``OSError`` and a bucket listed a moment before answered EAGAIN)."""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+import pytest
+
+pyfuse3 = pytest.importorskip("pyfuse3")
+trio = pytest.importorskip("trio")
+
+from app.mount.inodes import ROOT  # noqa: E402
+from app.mount.metadata import Metadata  # noqa: E402
+
+
+class _Gateway:
+    def __init__(self) -> None:
+        self.answers: list[Any] = [["a", "b"]]
+
+    def buckets(self) -> list[str]:
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return list(answer)
+
+
+async def _call(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except OSError as exc:
+        raise pyfuse3.FUSEError(exc.errno or errno.EIO) from exc
+
+
+def _metadata(gateway: _Gateway) -> Metadata:
+    return Metadata(gateway, _call, cache_seconds=0.0, only_bucket=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("failure", [pyfuse3.FUSEError(errno.EAGAIN), OSError(errno.EAGAIN, "SlowDown")])
+def test_an_unavailable_remote_answers_the_buckets_seen_last(failure: BaseException) -> None:
+    gateway = _Gateway()
+    meta = _metadata(gateway)
+    gateway.answers.append(failure)
+    assert trio.run(meta.buckets) == ["a", "b"]
+    assert trio.run(meta.buckets) == ["a", "b"]
+
+
+def test_an_unavailable_remote_with_no_buckets_seen_fails() -> None:
+    gateway = _Gateway()
+    gateway.answers = [OSError(errno.EAGAIN, "SlowDown")]
+    with pytest.raises(pyfuse3.FUSEError) as caught:
+        trio.run(_metadata(gateway).buckets)
+    assert caught.value.errno == errno.EAGAIN
+
+
+def test_a_denied_listing_is_not_answered_from_the_last_one() -> None:
+    gateway = _Gateway()
+    meta = _metadata(gateway)
+    trio.run(meta.buckets)
+    gateway.answers.append(OSError(errno.EACCES, "AccessDenied"))
+    with pytest.raises(pyfuse3.FUSEError) as caught:
+        trio.run(meta.buckets)
+    assert caught.value.errno == errno.EACCES
+    assert ROOT in meta._listings  # kept for the next outage
