@@ -46,6 +46,7 @@ from app.services.budget import DiskReserve, WriteBudget
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
 from app.services.chores import ChoreLoop, ChoreParts, Scope
+from app.services.core import GatewayCore
 from app.services.destage import Destager
 from app.services.durability import Durability
 from app.services.executor import CeleryExecutor, EmbeddedExecutor
@@ -311,20 +312,21 @@ def build(settings: Settings) -> Container:
     policies = PolicyBook(policy_repo, default_policy(settings), refresh_seconds=settings.policy_refresh_seconds)
     fleet = make_fleet(settings, engine, remote)
     cache = make_cache(settings, engine, remote, policies, journal, fleet[1] if fleet else None)
-    gateway = Gateway(catalog, blobs, remote, region=settings.region,
-                      part_concurrency=settings.multipart_concurrency, journal=journal, executor=executor,
-                      mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
-                      cache=cache, policies=policies, inline_lookups=engine.dialect.name == "sqlite",
-                      eager_parts=settings.eager_part_copy, part_copies=part_copies,
-                      tenancy=make_tenancy(settings, engine, remote),
-                      budget=WriteBudget(settings.write_buffer_bytes, tenant_share=settings.tenant_buffer_share,
-                                         tenant_uploads=settings.tenant_max_uploads),
-                      disk=disk_reserve(settings), acks=acks, background_nice=settings.background_nice, takeover_grace=grace,
-                      inline_max=settings.inline_body_max_bytes if engine.dialect.name == "sqlite" else 0,
-                      copy_busy_limit=settings.eager_copy_busy_limit,
-                      copy_backlog_bytes=settings.eager_copy_backlog_mib * 1024**2,
-                      peers=PeerJournal(fleet[0], settings.fleet_secret or "", timeout=settings.fleet_peer_timeout)
-                      if fleet else None)
+    core = GatewayCore(catalog, blobs, remote, region=settings.region,
+                       part_concurrency=settings.multipart_concurrency, journal=journal, executor=executor,
+                       mode=settings.default_mode, buffer_bytes=settings.write_buffer_bytes, destager=destager,
+                       cache=cache, policies=policies, inline_lookups=engine.dialect.name == "sqlite",
+                       eager_parts=settings.eager_part_copy, part_copies=part_copies,
+                       tenancy=make_tenancy(settings, engine, remote),
+                       budget=WriteBudget(settings.write_buffer_bytes, tenant_share=settings.tenant_buffer_share,
+                                          tenant_uploads=settings.tenant_max_uploads),
+                       disk=disk_reserve(settings), acks=acks, background_nice=settings.background_nice, takeover_grace=grace,
+                       inline_max=settings.inline_body_max_bytes if engine.dialect.name == "sqlite" else 0,
+                       copy_busy_limit=settings.eager_copy_busy_limit,
+                       copy_backlog_bytes=settings.eager_copy_backlog_mib * 1024**2,
+                       peers=PeerJournal(fleet[0], settings.fleet_secret or "", timeout=settings.fleet_peer_timeout)
+                       if fleet else None)
+    gateway = Gateway(core)
     ensure_bootstrap_key(catalog, settings)
     staging_repo = StagingRepo(engine)
     staging = make_staging(settings, staging_repo, remote, gateway)

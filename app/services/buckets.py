@@ -21,8 +21,19 @@ CREATE_RACE_SECONDS = 3.0  # how long a remote's NoSuchBucket to a racing Create
 CREATE_RETRY_PAUSE = 0.05  # seconds, times the attempt number (at most 0.5)
 
 
-class BucketsService(GatewayCore):
+class BucketsService:
     """Bucket operations."""
+
+    def __init__(self, core: GatewayCore) -> None:
+        self.blobs = core.blobs
+        self.catalog = core.catalog
+        self.destager = core.destager
+        self.journal = core.journal
+        self.known_buckets = core.known_buckets
+        self.policies = core.policies
+        self.remote = core.remote
+        self.tenancy = core.tenancy
+        self._run = core.run
 
     async def list_buckets(self, tenant_id: int | None = None) -> list[BucketInfo]:
         """The remote's buckets that this tenant owns (all of them with shared tenancy)."""

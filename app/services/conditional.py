@@ -35,10 +35,16 @@ class KeyHold:
         return {"if_none_match": "*"} if self.current is None else {"if_match": self.current}
 
 
-class ConditionalWrites(GatewayCore):
-    """The per-key claim around a conditional write."""
+class KeyHolds:
+    """The per-key claim around a conditional write (the write services are handed one)."""
 
-    async def _current_etag(self, bucket: str, key: str) -> str | None:
+    def __init__(self, core: GatewayCore) -> None:
+        self.catalog = core.catalog
+        self.journal = core.journal
+        self.remote = core.remote
+        self._run = core.run
+
+    async def current_etag(self, bucket: str, key: str) -> str | None:
         """The key's newest version: a dirty journal row first, else the remote's answer."""
         if self.journal is not None:
             row = await self._run(self.journal.latest_dirty, bucket, key)
@@ -47,7 +53,7 @@ class ConditionalWrites(GatewayCore):
         return await self._run(self.remote.current_etag, bucket, key)
 
     @asynccontextmanager
-    async def _conditional(self, bucket: str, key: str, conditions: WriteConditions, lease_seconds: float,
+    async def hold(self, bucket: str, key: str, conditions: WriteConditions, lease_seconds: float,
                            body_etag: str | None = None) -> AsyncIterator[KeyHold]:
         """Hold the key while the conditions are judged and the write commits; without
         conditions, nothing is held (unconditional writes never wait for a claim)."""
@@ -60,7 +66,7 @@ class ConditionalWrites(GatewayCore):
         if previous is None:
             raise S3Error("ConditionalRequestConflict")
         try:
-            hold.current = await self._current_etag(bucket, key)
+            hold.current = await self.current_etag(bucket, key)
             try:
                 conditions.check(hold.current)
             except S3Error:

@@ -1,4 +1,8 @@
-"""The services' shared core: collaborators, mode choice, backpressure and body receipt."""
+"""What the capability services share: collaborators, mode choice, backpressure, body receipt.
+
+``GatewayCore`` is no base class: each service (``reads``, ``writes``, ``multipart``, ``listing``,
+``buckets``) takes it in its constructor and keeps the collaborators it uses, by name; a service
+that needs another one (a copy reads its source) is handed it. ``Gateway`` wires them."""
 
 from __future__ import annotations
 
@@ -9,19 +13,16 @@ import errno
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from app.domain.checksums import BodyDigests, verify_expected
-from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.expires import validate_expires
 from app.domain.names import validate_key, validate_object_size
-from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
-from app.domain.ranges import WHOLE, RangeRequest
 from app.domain.versions import BlobRef, Replica
 from app.services.background import AckGate, BackgroundThreads
 from app.services.bodies import (
@@ -29,7 +30,6 @@ from app.services.bodies import (
     WRITE_CHUNK,
     BodyStream,
     ExpectedDigests,
-    ObjectRead,
     PayloadCheck,
     ReceivedBody,
 )
@@ -39,6 +39,7 @@ from app.services.copy_admission import CopyAdmission
 from app.services.destage import Destager
 from app.services.executor import Executor
 from app.services.partcopies import PartCopies
+from app.services.parts_ahead import PartsAhead
 from app.services.policies import PolicyBook
 from app.services.ports import BlobPort, JournalPort, PeerVersions, RemotePort, StagedBody, UploadsPort
 from app.services.tenancy import Tenancy
@@ -50,15 +51,8 @@ log = logging.getLogger("ferry.gateway")
 
 
 class GatewayCore:
-    """What every capability shares: collaborators, the write mode, backpressure, the thread limiter."""
-
-    if TYPE_CHECKING:
-        # What one capability calls on another through the ``Gateway`` composite (a copy reads its
-        # source, a listing or an upload checks its bucket): declared here so the checker sees it.
-        async def head_object(self, bucket: str, key: str, tenant_id: int | None = None) -> ObjectMeta: ...
-        async def get_object(self, bucket: str, key: str, rng: RangeRequest = WHOLE, tenant_id: int | None = None,
-                             *, conditions: Conditions = NO_CONDITIONS, file_ranges: bool = False) -> ObjectRead: ...
-        async def head_bucket(self, bucket: str) -> None: ...
+    """What every capability shares: collaborators, the write mode, backpressure, the thread limiter,
+    and the steps more than one of them takes (key checks, body receipt, replicas)."""
 
     def __init__(self, catalog: UploadsPort, blobs: BlobPort, remote: RemotePort, *,
                  journal: JournalPort, executor: Executor, destager: Destager, cache: ReadCache,
@@ -89,26 +83,24 @@ class GatewayCore:
         # SQLite point lookups (tens of µs, never blocked by writers in WAL mode) run on the event
         # loop: a thread hop costs more than the query. A networked catalog keeps them in threads.
         self.inline_lookups = inline_lookups
-        self.eager_parts = eager_parts
         self.part_copies = part_copies or PartCopies()
-        # How long a request may still be at the remote once its sender's lease is over
-        # (Settings.destage_takeover_grace): an eager opener's catalog lease covers it too.
-        self.takeover_grace = takeover_grace
-        self._ahead: set[asyncio.Future[None]] = set()
         # Writes being acknowledged, which destage and part copies ahead (in threads of lower
         # priority) give way to: see services/background.py.
         self.acks = acks or AckGate(max_wait=0)
-        self._ahead_threads = BackgroundThreads(part_concurrency, background_nice, name="ferry-ahead")
-        self._copy_admission = CopyAdmission(self.acks, part_concurrency, copy_busy_limit, copy_backlog_bytes)
+        self.parts_ahead = PartsAhead(
+            catalog, blobs, remote, self.part_copies,
+            CopyAdmission(self.acks, part_concurrency, copy_busy_limit, copy_backlog_bytes),
+            BackgroundThreads(part_concurrency, background_nice, name="ferry-ahead"),
+            enabled=eager_parts, takeover_grace=takeover_grace)
         # Before a write's body is read: its bucket exists, and the disk and buffer can hold it.
-        self.known_buckets = KnownBuckets(remote, journal, self._run)
-        self.admission = WriteAdmission(budget or WriteBudget(buffer_bytes), disk, journal, self._run)
+        self.known_buckets = KnownBuckets(remote, journal, self.run)
+        self.admission = WriteAdmission(budget or WriteBudget(buffer_bytes), disk, journal, self.run)
         # Fleet mode: other nodes' buffered writes are read from them (None: every row is ours).
         self.peers = peers
         # Write-back bodies up to this size go into their journal row (0: never; see Journal.append_put).
         self.inline_max = inline_max
         self._buffered = WriteBack(self.known_buckets, self.admission, executor)
-        self._through = WriteThrough(journal, destager, executor, self._run)
+        self._through = WriteThrough(journal, destager, executor, self.run)
 
     @property
     def write_back(self) -> bool:
@@ -118,32 +110,32 @@ class GatewayCore:
     def policy(self, bucket: str, key: str = "") -> Policy:
         return self.policies.for_key(bucket, key)
 
-    def _check_key(self, bucket: str, key: str) -> None:
+    def check_key(self, bucket: str, key: str) -> None:
         """S3's key rules, plus those of the bucket's remote (its capability profile): a key the
         remote would rename or refuse is refused before a write-back write is acknowledged."""
         validate_key(key, self.remote.profile(bucket))
 
-    def _check_content(self, bucket: str, content_headers: dict[str, str]) -> None:
+    def check_content(self, bucket: str, content_headers: dict[str, str]) -> None:
         """Content headers the bucket's remote would refuse (an Expires that is no HTTP date
         on SeaweedFS) are refused before a write-back write is acknowledged."""
         validate_expires(content_headers, self.remote.profile(bucket))
 
-    def _check_size(self, bucket: str, key: str, size: int) -> None:
+    def check_size(self, bucket: str, key: str, size: int) -> None:
         """A folder key ('.../') holds no bytes on a filesystem-backed remote."""
         validate_object_size(key, size, self.remote.profile(bucket))
 
-    def _mode_for(self, bucket: str, key: str) -> WriteMode:
+    def mode_for(self, bucket: str, key: str) -> WriteMode:
         """The mode of a write to ``bucket/key``, chosen once: buffered (write-back) or written
         through; a read-only mapping refuses it."""
         policy = self.policy(bucket, key)
         policy.refuse_write(bucket)
         return self._buffered if policy.mode == "write-back" else self._through
 
-    async def _written(self, bucket: str, key: str) -> None:
+    async def written(self, bucket: str, key: str) -> None:
         """After a write is accepted: no cached copy of the old version is served again."""
         await self.cache.invalidate(bucket, key)
 
-    async def _replicate(self, bucket: str, key: str, pieces: list[BlobRef]) -> Replica | None:
+    async def replicate(self, bucket: str, key: str, pieces: list[BlobRef]) -> Replica | None:
         """Fleet, ``write_replicas: 2``: a second live node holds the pieces durably before the
         row commits (and so before the answer). No node to take them: 503 SlowDown, nothing
         committed. Embedded mode has no second node: the policy has no effect there."""
@@ -167,9 +159,9 @@ class GatewayCore:
             received = await self.receive(body, ExpectedDigests(content_md5=md5_b64, declared_size=size), size)
         finally:
             self.admission.release(reserved)
-        return await self._run(self.blobs.commit, received.staging)
+        return await self.run(self.blobs.commit, received.staging)
 
-    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Blocking work (boto3, disk, SQL) runs in threads, bounded by one limiter."""
         if kwargs:
             fn = functools.partial(fn, **kwargs)
@@ -182,7 +174,7 @@ class GatewayCore:
         batched, never joined (a copy costs as much as a CRC), and hashed and written off the loop."""
         small = expected.declared_size is not None and expected.declared_size <= INLINE_BODY
         # A small body is staged without thread hops: each costs more than its few syscalls.
-        staging = self.blobs.open_staging() if small else await self._run(self.blobs.open_staging)
+        staging = self.blobs.open_staging() if small else await self.run(self.blobs.open_staging)
         digests = BodyDigests(sorted(expected.algorithms | set(expected.checksums)))
         payload = body.take_payload_hash()  # x-amz-content-sha256: hashed here with the others
         pending: asyncio.Future[None] | None = None
@@ -201,7 +193,7 @@ class GatewayCore:
                 if batched >= WRITE_CHUNK:
                     if pending is not None:
                         await pending
-                    pending = asyncio.ensure_future(self._run(write, batch))
+                    pending = asyncio.ensure_future(self.run(write, batch))
                     batch, batched = [], 0
             if pending is not None:
                 await pending
@@ -211,7 +203,7 @@ class GatewayCore:
                 if batched <= INLINE_BODY:
                     write(batch)
                 else:
-                    await self._run(write, batch)
+                    await self.run(write, batch)
             if payload is not None:
                 payload.verify()
             if expected.declared_size is not None and staging.size != expected.declared_size:
@@ -226,7 +218,7 @@ class GatewayCore:
                 pending.cancel()
                 with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
                     await pending  # the original error is the one to report
-            await self._run(self.blobs.discard, staging)
+            await self.run(self.blobs.discard, staging)
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 # A body larger than announced, or a disk filled by something else: retryable.
                 raise slow_down("The data directory's disk is full; retry later.") from exc

@@ -7,21 +7,28 @@ from app.domain.objects import (
     ObjectSummary,
 )
 from app.domain.versions import VersionRow
+from app.services.buckets import BucketsService
 from app.services.core import GatewayCore
 
 EMPTIED_PREFIX_ROWS = 1000  # local rows read to judge whether buffered deletes emptied a prefix
 MERGE_ROUNDS = 1000  # merged stretches read for one page (each at least one name further)
 
 
-class ListingService(GatewayCore):
+class ListingService:
     """ListObjects and ListObjectVersions over the merged view."""
+
+    def __init__(self, core: GatewayCore, buckets: BucketsService) -> None:
+        self.journal = core.journal
+        self.remote = core.remote
+        self._run = core.run
+        self.buckets = buckets
 
     async def list_objects(self, bucket: str, prefix: str, delimiter: str | None, marker: str | None,
                            max_keys: int) -> ListPage:
         """S3's page: ``max_keys`` entries when truncated (merged stretches that deletes thinned
         are read on until full), and truncated only if an entry follows (read one past)."""
         if max_keys <= 0:
-            await self.head_bucket(bucket)
+            await self.buckets.head_bucket(bucket)
             return ListPage([], [], False, None)
         start_after = listing_start(marker, prefix, delimiter)
         contents: list[ObjectSummary] = []

@@ -1,4 +1,4 @@
-"""Multipart uploads: parts, eager part copies to the remote, the one claimed Complete."""
+"""Multipart uploads: parts (copied ahead to the remote by ``PartsAhead``), the one claimed Complete."""
 
 from __future__ import annotations
 
@@ -39,16 +39,42 @@ from app.services.bodies import (
     StreamBody,
     multipart_etag,
 )
-from app.services.conditional import ConditionalWrites
+from app.services.buckets import BucketsService
+from app.services.conditional import KeyHolds
+from app.services.core import GatewayCore
 from app.services.destage import UploadSpec, upload
-from app.services.eager_open import BUFFERED_COMPLETE_WAIT, remote_upload_for_copy, settled_remote_upload
+from app.services.eager_open import BUFFERED_COMPLETE_WAIT, settled_remote_upload
+from app.services.reads import ReadsService
 from app.services.writemode import WriteMode
 
 log = logging.getLogger("ferry.gateway")
 
 
-class MultipartService(ConditionalWrites):
+class MultipartService:
     """The multipart upload operations."""
+
+    def __init__(self, core: GatewayCore, reads: ReadsService, buckets: BucketsService, holds: KeyHolds) -> None:
+        self.ahead = core.parts_ahead
+        self.acks = core.acks
+        self.admission = core.admission
+        self.blobs = core.blobs
+        self.catalog = core.catalog
+        self.journal = core.journal
+        self.known_buckets = core.known_buckets
+        self.part_concurrency = core.part_concurrency
+        self.part_copies = core.part_copies
+        self.remote = core.remote
+        self._check_content = core.check_content
+        self._check_key = core.check_key
+        self._mode_for = core.mode_for
+        self._replicate = core.replicate
+        self._run = core.run
+        self._written = core.written
+        self.receive = core.receive
+        self.core = core  # the part gathering takes it whole (app/services/part_gather.py)
+        self.reads = reads
+        self.buckets = buckets
+        self.holds = holds
 
     async def create_upload(self, bucket: str, key: str, tenant_id: int | None,
                             content_headers: dict[str, str], metadata: dict[str, str],
@@ -113,7 +139,7 @@ class MultipartService(ConditionalWrites):
         self.admission.added(part.size)
         if old:
             await self._run(self.blobs.delete, old)
-        self._copy_part_ahead(bucket, key, upload_id, part, blob)
+        self.ahead.start(bucket, key, upload_id, part, blob)
         return PutResult(part.etag, part.checksums)
 
     async def _replicate_part(self, bucket: str, key: str, part: PartInfo, blob: str) -> PartSource | None:
@@ -123,51 +149,15 @@ class MultipartService(ConditionalWrites):
                                                               part.part_number)])
         return PartSource(replica.node_id, replica.blobs[0].blob) if replica is not None else None
 
-    def _copy_part_ahead(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
-        """Copy a part to a remote multipart upload now, in the background, so the remote holds
-        most of the object when the client completes it (the destage then only sends what is
-        missing). Best effort: any failure just leaves the part to the destage."""
-        if not self.eager_parts:
-            return
-        self.part_copies.started(bucket, key)
-        task = asyncio.ensure_future(self._copy_part(bucket, key, upload_id, part, blob))
-        self._ahead.add(task)
-        task.add_done_callback(self._ahead.discard)
-
-    async def _copy_part(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
-        try:
-            async with self._copy_admission.slot(part.size):
-                await self._ahead_threads.run(self._copy_part_sync, bucket, key, upload_id, part, blob)
-        except Exception as exc:  # the destage sends this part instead
-            log.info("copying part %s of %s/%s ahead failed: %s", part.part_number, bucket, key, exc)
-        finally:
-            self.part_copies.finished(bucket, key)
-
-    def _copy_part_sync(self, bucket: str, key: str, upload_id: str, part: PartInfo, blob: str) -> None:
-        remote_id = remote_upload_for_copy(self.catalog, self.remote, upload_id, bucket, key, self.takeover_grace)
-        if remote_id is None:
-            return  # completed or aborted meanwhile, or another copy is still opening it
-        md5_b64 = base64.b64encode(bytes.fromhex(part.etag)).decode()
-        try:
-            fh = open(self.blobs.path(blob), "rb")  # noqa: SIM115 - closed below
-        except FileNotFoundError:
-            return  # replaced by a newer upload of the same part, or completed and destaged
-        with fh, self.part_copies.sending(remote_id, part.part_number) as lease:
-            if lease is None:
-                return  # another worker is sending this part (a newer upload of it, or the destage)
-            with lease.guard():
-                self.remote.upload_part(bucket, key, remote_id, part.part_number, lease.bound(fh), part.size,
-                                        md5_b64, part.checksums)
-
     async def upload_part_copy(self, bucket: str, key: str, upload_id: str, number: int, src_bucket: str,
                                src_key: str, src_range: str | None,
                                check: Callable[[ObjectMeta], None]) -> tuple[str, datetime]:
         self._check_part_number(number)
         await self._upload(bucket, key, upload_id)
-        source = await self.head_object(src_bucket, src_key)
+        source = await self.reads.head_object(src_bucket, src_key)
         check(source)
         rng = _parse_copy_range(src_range, source.size)
-        read = await self.get_object(src_bucket, src_key, RangeRequest.span(*rng) if rng else WHOLE)
+        read = await self.reads.get_object(src_bucket, src_key, RangeRequest.span(*rng) if rng else WHOLE)
         expected = ExpectedDigests(declared_size=(rng[1] - rng[0] + 1) if rng else source.size)
         received = await self.receive(StreamBody(read.stream), expected, MAX_PUT_SIZE)
         result = await self._store_part(upload_id, number, received, bucket, key)
@@ -184,14 +174,14 @@ class MultipartService(ConditionalWrites):
 
     async def list_uploads(self, bucket: str, prefix: str, key_marker: str | None, max_uploads: int
                            ) -> tuple[list[UploadInfo], bool]:
-        await self.head_bucket(bucket)
+        await self.buckets.head_bucket(bucket)
         rows = await self._run(self.catalog.list_uploads, bucket, prefix, key_marker, max_uploads + 1)
         return rows[:max_uploads], len(rows) > max_uploads
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload(bucket, key, upload_id)
         await settled_remote_upload(self.catalog, self._run, upload_id)  # its opener's id, to abort here
-        held = await part_gather.holders(self, upload_id)
+        held = await part_gather.holders(self.core, upload_id)
         try:
             blobs, remote_id = await self._run(self.catalog.abort_upload, upload_id, self.blobs.intend_drop)
         except UploadNotOpen as exc:  # a Complete claimed it meanwhile
@@ -199,7 +189,7 @@ class MultipartService(ConditionalWrites):
 
         for blob in blobs:  # an id of another node's disk is not found here: harmless
             await self._run(self.blobs.delete, blob)
-        part_gather.drop_elsewhere(self, held)  # parts other nodes took
+        part_gather.drop_elsewhere(self.core, held)  # parts other nodes took
         if remote_id is not None:
             await self._run(self.remote.abort_multipart, bucket, key, remote_id)
 
@@ -238,7 +228,7 @@ class MultipartService(ConditionalWrites):
                 continue
             assert isinstance(found, tuple)
             try:
-                async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:
+                async with self.holds.hold(bucket, key, conditions, mode.claim_seconds) as hold:
                     done = await self._complete_claimed(bucket, key, upload_id, requested, found, token, mode)
                     hold.result = done[0]
                     return done
@@ -258,13 +248,13 @@ class MultipartService(ConditionalWrites):
         info, headers = found
         stored = {p.part_number: (p, blob) for p, blob in await self._run(self.catalog.parts, upload_id)}
         chosen = _choose_parts(key, requested, stored, self.remote.profile(bucket))
-        gathered = await part_gather.gather(self, upload_id, chosen)
+        gathered = await part_gather.gather(self.core, upload_id, chosen)
         try:
             done = await self._commit_gathered(bucket, key, upload_id, info, headers, gathered, token, mode)
         except BaseException:
-            await part_gather.drop_pulled(self, gathered)
+            await part_gather.drop_pulled(self.core, gathered)
             raise
-        part_gather.drop_elsewhere(self, gathered)
+        part_gather.drop_elsewhere(self.core, gathered)
         return done
 
     async def _commit_gathered(self, bucket: str, key: str, upload_id: str, info: UploadInfo,
@@ -290,7 +280,7 @@ class MultipartService(ConditionalWrites):
             draft = VersionDraft(bucket, key, size, etag, pieces, content, metadata, checksums, info.tenant_id,
                                  multipart=True, checksum_algorithm=info.checksum_algorithm, remote_upload_id=remote_id)
             row = await self._run(functools.partial(self.journal.append_put, draft, completes=claim, replica=replica))
-            part_gather.settle_pulled(self, gathered)
+            part_gather.settle_pulled(self.core, gathered)
             for blob in unused:
                 await self._run(self.blobs.delete, blob)
             await mode.hand_on(row)
@@ -310,11 +300,11 @@ class MultipartService(ConditionalWrites):
     async def open_held_part(self, upload_id: str, number: int, blob: str
                              ) -> tuple[int, AsyncIterator[bytes]] | None:
         """The internal endpoint: a part this node holds, for a Complete on another node."""
-        return await part_gather.open_held_part(self, upload_id, number, blob)
+        return await part_gather.open_held_part(self.core, upload_id, number, blob)
 
     async def drop_held_parts(self, blobs: list[str]) -> int:
         """The internal endpoint: part blobs of an upload another node completed or aborted."""
-        return await part_gather.drop_held_parts(self, blobs)
+        return await part_gather.drop_held_parts(self.core, blobs)
 
 
 def _not_open(state: str | None, upload_id: str) -> S3Error:

@@ -55,7 +55,7 @@ async def holders(core: GatewayCore, upload_id: str, known: dict[int, list[PartS
     here = core.catalog.node_id
     found = Gathered([])
     if known is None:
-        known = await core._run(core.catalog.part_sources, upload_id)
+        known = await core.run(core.catalog.part_sources, upload_id)
     for sources in known.values():
         for source in sources:
             if _is_here(source, here):
@@ -69,7 +69,7 @@ async def gather(core: GatewayCore, upload_id: str, chosen: list[tuple[PartInfo,
     """The chosen parts as blobs of this node, pulled from their holders where needed. Without
     an internal endpoint (no fleet port) a part held elsewhere cannot be read: InvalidRequest."""
     here = core.catalog.node_id
-    sources = await core._run(core.catalog.part_sources, upload_id)
+    sources = await core.run(core.catalog.part_sources, upload_id)
     found = await holders(core, upload_id, sources)
     limit = asyncio.Semaphore(PULLS_AT_ONCE)
 
@@ -121,7 +121,7 @@ async def _pull(core: GatewayCore, upload_id: str, part: PartInfo, sources: list
             continue
         finally:
             body.close()
-        return await core._run(core.blobs.commit, received.staging)
+        return await core.run(core.blobs.commit, received.staging)
     log.warning("complete: part %s of upload %s could not be gathered: %s", part.part_number, upload_id,
                 "; ".join(failures))
     raise S3Error("ServiceUnavailable", f"Part {part.part_number} of this upload is held by "
@@ -132,7 +132,7 @@ async def _pull(core: GatewayCore, upload_id: str, part: PartInfo, sources: list
 async def drop_pulled(core: GatewayCore, found: Gathered) -> None:
     """A Complete that failed after its gather: the copies it made here are garbage."""
     for blob in found.pulled:
-        await core._run(core.blobs.delete, blob)
+        await core.run(core.blobs.delete, blob)
     found.pulled.clear()
 
 
@@ -148,9 +148,7 @@ def drop_elsewhere(core: GatewayCore, found: Gathered) -> None:
     if peers is None or not found.elsewhere:
         return
     for node_id, blobs in found.elsewhere.items():
-        task = asyncio.ensure_future(peers.drop_parts(node_id, sorted(blobs)))
-        core._ahead.add(task)
-        task.add_done_callback(core._ahead.discard)
+        core.parts_ahead.spawn(peers.drop_parts(node_id, sorted(blobs)))
 
 
 def _open_binary(path: Path) -> BinaryIO:
@@ -160,10 +158,10 @@ def _open_binary(path: Path) -> BinaryIO:
 async def open_held_part(core: GatewayCore, upload_id: str, number: int, blob: str
                          ) -> tuple[int, AsyncIterator[bytes]] | None:
     """The internal endpoint's side of ``_pull``: the part's bytes if this node holds them."""
-    if not await core._run(core.catalog.holds_part, upload_id, number, blob):
+    if not await core.run(core.catalog.holds_part, upload_id, number, blob):
         return None
     try:
-        fh = await core._run(_open_binary, core.blobs.path(blob))
+        fh = await core.run(_open_binary, core.blobs.path(blob))
     except FileNotFoundError:
         return None
     size = os.fstat(fh.fileno()).st_size
@@ -171,7 +169,7 @@ async def open_held_part(core: GatewayCore, upload_id: str, number: int, blob: s
     async def chunks() -> AsyncIterator[bytes]:
         try:
             while True:
-                chunk = await core._run(fh.read, 1024 * 1024)
+                chunk = await core.run(fh.read, 1024 * 1024)
                 if not chunk:
                     return
                 yield chunk
@@ -183,8 +181,8 @@ async def open_held_part(core: GatewayCore, upload_id: str, number: int, blob: s
 
 async def drop_held_parts(core: GatewayCore, blobs: list[str]) -> int:
     """The internal endpoint's side of ``drop_elsewhere``: blobs no row references any more."""
-    keep = await core._run(core.journal.blobs_referenced, blobs)
+    keep = await core.run(core.journal.blobs_referenced, blobs)
     dropped = [b for b in blobs if b not in keep]
     for blob in dropped:
-        await core._run(core.blobs.delete, blob)
+        await core.run(core.blobs.delete, blob)
     return len(dropped)

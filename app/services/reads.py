@@ -27,8 +27,19 @@ from app.services.cache import LOOKUP
 from app.services.core import GatewayCore
 
 
-class ReadsService(GatewayCore):
+class ReadsService:
     """HEAD, GET and attributes of objects."""
+
+    def __init__(self, core: GatewayCore) -> None:
+        self.blobs = core.blobs
+        self.cache = core.cache
+        self.inline_lookups = core.inline_lookups
+        self.journal = core.journal
+        self.peers = core.peers
+        self.remote = core.remote
+        self._check_key = core.check_key
+        self._run = core.run
+        self.policy = core.policy
 
     async def head_object(self, bucket: str, key: str, tenant_id: int | None = None) -> ObjectMeta:
         self._check_key(bucket, key)

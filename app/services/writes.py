@@ -22,14 +22,36 @@ from app.services.bodies import (
     ReceivedBody,
     StreamBody,
 )
-from app.services.conditional import ConditionalWrites
+from app.services.conditional import KeyHolds
+from app.services.core import GatewayCore
+from app.services.reads import ReadsService
 from app.services.writemode import WriteMode
 
 PENDING_STATES = frozenset({VersionState.BUFFERED, VersionState.DESTAGING, VersionState.FAILED})
 
 
-class WritesService(ConditionalWrites):
+class WritesService:
     """PutObject, CopyObject, DeleteObject(s)."""
+
+    def __init__(self, core: GatewayCore, reads: ReadsService, holds: KeyHolds) -> None:
+        self.acks = core.acks
+        self.admission = core.admission
+        self.blobs = core.blobs
+        self.inline_max = core.inline_max
+        self.journal = core.journal
+        self.peers = core.peers
+        self.remote = core.remote
+        self._check_content = core.check_content
+        self._check_key = core.check_key
+        self._check_size = core.check_size
+        self._mode_for = core.mode_for
+        self._replicate = core.replicate
+        self._run = core.run
+        self._written = core.written
+        self.policy = core.policy
+        self.receive = core.receive
+        self.reads = reads
+        self.holds = holds
 
     async def put_object(self, bucket: str, key: str, body: BodyStream, content_headers: dict[str, str],
                          metadata: dict[str, str], expected: ExpectedDigests,
@@ -74,7 +96,7 @@ class WritesService(ConditionalWrites):
             self.admission.release(reserved)
         try:
             self._check_size(bucket, key, received.staging.size)
-            async with self._conditional(bucket, key, conditions, mode.claim_seconds,
+            async with self.holds.hold(bucket, key, conditions, mode.claim_seconds,
                                          received.digests.md5_hex()) as hold:
                 if hold.repeat is not None:  # the retry of the write that made this version
                     await self._run(self.blobs.discard, received.staging)
@@ -174,7 +196,7 @@ class WritesService(ConditionalWrites):
                           tenant_id: int | None = None) -> tuple[str, datetime]:
         self._check_key(bucket, key)
         self._check_key(src_bucket, src_key)
-        source = await self.head_object(src_bucket, src_key)
+        source = await self.reads.head_object(src_bucket, src_key)
         check(source)
         self._check_size(bucket, key, source.size)
         if src_bucket == bucket and src_key == key and not replace:
@@ -189,7 +211,7 @@ class WritesService(ConditionalWrites):
         else:
             content_headers, metadata = dict(source.content_headers), dict(source.metadata)
         mode = self._mode_for(bucket, key)
-        async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:
+        async with self.holds.hold(bucket, key, conditions, mode.claim_seconds) as hold:
             if await mode.journals(bucket, key):
                 row = await self._copy_local(bucket, key, src_bucket, src_key, source, content_headers, metadata,
                                              tenant_id)
@@ -227,17 +249,17 @@ class WritesService(ConditionalWrites):
         if not (await mode.journals(bucket, key) and await src_mode.journals(bucket, src_key)):
             raise S3Error("NotImplemented", "RenameObject needs write-back (journalled) writes on both keys.")
         if src_key == key:
-            await self.head_object(bucket, src_key)  # S3: a rename onto itself changes nothing
+            await self.reads.head_object(bucket, src_key)  # S3: a rename onto itself changes nothing
             return
         source_seq = await self._run(self.journal.newest_seq, bucket, src_key)
         try:
-            source = await self.head_object(bucket, src_key)
+            source = await self.reads.head_object(bucket, src_key)
         except S3Error as err:
             if err.code == "NoSuchKey" and await self._run(self._was_renamed, bucket, key, src_key):
                 return  # a retry of a rename that committed: its answer was lost
             raise
         check(source)
-        async with self._conditional(bucket, key, conditions, mode.claim_seconds) as hold:
+        async with self.holds.hold(bucket, key, conditions, mode.claim_seconds) as hold:
             received = await self._stage_copy(bucket, src_key, source)
             draft = self._draft(bucket, key, received, dict(source.content_headers), dict(source.metadata),
                                 tenant_id)
@@ -278,7 +300,7 @@ class WritesService(ConditionalWrites):
         staging file; refused if they are not the version ``source`` describes."""
         reserved = await self.admission.reserve(source.size)
         try:
-            read = await self.get_object(src_bucket, src_key)
+            read = await self.reads.get_object(src_bucket, src_key)
             received = await self.receive(StreamBody(read.stream), ExpectedDigests(declared_size=source.size), MAX_PUT_SIZE)
         finally:
             self.admission.release(reserved)

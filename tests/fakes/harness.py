@@ -24,9 +24,11 @@ from app.services.bodies import ExpectedDigests, ObjectRead, StreamBody
 from app.services.budget import DiskReserve
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
+from app.services.core import GatewayCore
 from app.services.destage import Destager
 from app.services.gateway import Gateway
 from app.services.policies import PolicyBook
+from app.services.ports import PeerVersions
 from app.services.tenancy import Tenancy
 from tests.fakes.remote import InMemoryRemote
 
@@ -80,7 +82,7 @@ async def read_all(read: ObjectRead) -> bytes:
 
 
 def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back",
-          cache_block: int | None = None, inline_max: int = 0) -> Services:
+          cache_block: int | None = None, inline_max: int = 0, peers: PeerVersions | None = None) -> Services:
     url = f"sqlite:///{tmp_path / 'ferry.db'}"
     upgrade(url)
     engine = make_engine(url)
@@ -92,9 +94,11 @@ def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back",
     cache = ReadCache(CacheIndex(engine, "unit"), CacheStore(tmp_path / "data"), remote, policies,
                       source=RemoteBlockSource(remote), disk=DiskReserve(tmp_path, 0, 0.0),
                       dirty_bytes=journal.dirty_bytes, **({"block_size": cache_block} if cache_block else {}))
-    gateway = Gateway(Catalog(engine, "unit"), blobs, remote, journal=journal, executor=executor, mode=mode,
-                      destager=destager, cache=cache, policies=policies, inline_lookups=True, eager_parts=False,
-                      tenancy=Tenancy(OwnerRepo(engine, "default"), remote, shared=True), inline_max=inline_max)
+    core = GatewayCore(Catalog(engine, "unit"), blobs, remote, journal=journal, executor=executor, mode=mode,
+                       destager=destager, cache=cache, policies=policies, inline_lookups=True, eager_parts=False,
+                       tenancy=Tenancy(OwnerRepo(engine, "default"), remote, shared=True), inline_max=inline_max,
+                       peers=peers)
+    gateway = Gateway(core)
     return Services(gateway, journal, blobs, destager, executor, remote, cache)
 
 

@@ -28,6 +28,7 @@ from app.services.bodies import StreamBody
 from app.services.budget import DiskReserve, WriteBudget
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
+from app.services.core import GatewayCore
 from app.services.destage import Destager
 from app.services.gateway import Gateway
 from app.services.policies import PolicyBook
@@ -38,7 +39,7 @@ from tests.fakes.peers import InProcessPeers, _once
 from tests.fakes.remote import InMemoryRemote
 
 
-def second_node(first: Services, tmp_path: Path, node_id: str) -> Services:
+def second_node(first: Services, tmp_path: Path, node_id: str, peers: InProcessPeers | None = None) -> Services:
     """Another node on the same catalog, with its own blob store."""
     engine = first.journal.engine
     journal = Journal(engine, node_id)
@@ -49,9 +50,11 @@ def second_node(first: Services, tmp_path: Path, node_id: str) -> Services:
     cache = ReadCache(CacheIndex(engine, node_id), CacheStore(tmp_path / f"data-{node_id}"), first.remote, policies,
                       source=RemoteBlockSource(first.remote), disk=DiskReserve(tmp_path, 0, 0.0),
                       dirty_bytes=journal.dirty_bytes)
-    gateway = Gateway(Catalog(engine, node_id), blobs, first.remote, journal=journal, executor=executor,
-                      mode="write-back", destager=destager, inline_lookups=True, eager_parts=False, cache=cache,
-                      policies=policies, tenancy=Tenancy(OwnerRepo(engine, "default"), first.remote, shared=True))
+    core = GatewayCore(Catalog(engine, node_id), blobs, first.remote, journal=journal, executor=executor,
+                       mode="write-back", destager=destager, inline_lookups=True, eager_parts=False, cache=cache,
+                       policies=policies, tenancy=Tenancy(OwnerRepo(engine, "default"), first.remote, shared=True),
+                       peers=peers)
+    gateway = Gateway(core)
     return Services(gateway, journal, blobs, destager, executor, first.remote, cache)
 
 
@@ -59,11 +62,11 @@ def fleet(tmp_path: Path) -> tuple[Services, Services, InProcessPeers, InProcess
     tmp_path.mkdir(parents=True, exist_ok=True)
     remote = InMemoryRemote()
     remote.create_bucket("b", None)
-    a = build(tmp_path, remote)  # node id "unit"
-    b = second_node(a, tmp_path, "b")
-    peers_a = InProcessPeers("unit", {"unit": a.gateway, "b": b.gateway})
-    peers_b = InProcessPeers("b", {"unit": a.gateway, "b": b.gateway})
-    a.gateway.peers, b.gateway.peers = peers_a, peers_b
+    peers_a, peers_b = InProcessPeers("unit"), InProcessPeers("b")  # each node's view of the two
+    a = build(tmp_path, remote, peers=peers_a)  # node id "unit"
+    b = second_node(a, tmp_path, "b", peers=peers_b)
+    for peers in (peers_a, peers_b):
+        peers.nodes.update({"unit": a.gateway, "b": b.gateway})
     return a, b, peers_a, peers_b
 
 
@@ -149,7 +152,7 @@ def replicated(tmp_path: Path) -> tuple[Services, Services, InProcessPeers, InPr
     repo = PolicyRepo(a.journal.engine)
     repo.upsert(PolicyRule(bucket="*", write_replicas=2))
     for svc in (a, b):
-        svc.gateway.policies = PolicyBook(repo, Policy(mode="write-back"), refresh_seconds=0)
+        svc.gateway.core.policies = PolicyBook(repo, Policy(mode="write-back"), refresh_seconds=0)
     return a, b, peers_a, peers_b
 
 
@@ -249,8 +252,8 @@ def test_copies_held_for_other_nodes_count_in_the_holders_write_buffer(tmp_path:
         await a.put("b", "k", b"x" * 1000)
         assert a.journal.dirty_bytes() == 1000
         assert b.journal.dirty_bytes() == 1000, "b holds a copy of the buffered write"
-        b.gateway.admission.budget = WriteBudget(1500)
-        b.gateway.admission.dirty_read_at = 0.0  # re-read the buffer's fill now
+        b.gateway.core.admission.budget = WriteBudget(1500)
+        b.gateway.core.admission.dirty_read_at = 0.0  # re-read the buffer's fill now
         with pytest.raises(S3Error) as err:
             await a.put("b", "k2", b"y" * 1000)
         assert err.value.code == "SlowDown"

@@ -204,7 +204,7 @@ def test_a_reader_whose_inline_row_was_destaged_meanwhile_reads_the_remote(tmp_p
         assert row is not None
         assert svc.destage_all() == ["durable"]
         # The row as the reader looked it up (dirty), its body since emptied: no bytes from it.
-        assert await svc.gateway._open_local(row, WHOLE) is None
+        assert await svc.gateway.reads._open_local(row, WHOLE) is None
         assert await svc.get("b", "k") == b"inline body"
 
     asyncio.run(scenario())
