@@ -1,10 +1,10 @@
 """What every part of the read cache shares: its collaborators, its per-process state, and the
 few helpers each part uses (threads, unawaited tasks, block names, dropping an entry).
 
-``ReadCache`` (readcache.py) is this base plus one mixin per capability (serve, fill,
-discovery, eviction, revalidation, orphans); each mixin's module says what it owns. They share
-one object because they share its state: the fills in flight, the running discoveries, the
-buffered access times and the background tasks.
+``ReadCache`` (readcache.py) is this state and the facade over one part per capability (serve,
+fill, discovery, eviction, revalidation, orphans), each a plain class built with this object;
+each part's module says what it owns. They hold one object because they share its state: the
+fills in flight, the running discoveries, the buffered access times and the background tasks.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from app.services.ports import BlockSource, BlockStore, CacheIndex, RemotePort
 from app.services.sizing import SizingRecorder
 
 if TYPE_CHECKING:
-    from typing import BinaryIO
-
-    from app.services.cache.fill import Fill
-    from app.services.cache.recording import Recording
+    from app.services.cache.discovery import Discovery
+    from app.services.cache.eviction import Eviction
+    from app.services.cache.fill import Fill, Filling
+    from app.services.cache.serve import Serving
 
 log = logging.getLogger("ferry.cache")
 T = TypeVar("T")
@@ -50,15 +50,14 @@ class CacheBase:
     (but ``sizing``, the per-process curves, which the cache makes itself when not given)."""
 
     if TYPE_CHECKING:
-        # What one part of the cache calls on another through the ``ReadCache`` composite (serving
-        # and discovery start fills, a fill settles its discovery and schedules eviction, eviction
-        # flushes touches first): declared here so the checker sees each call.
-        def _start_fill(self, entry: Entry, index: int, name: str, length: int, body: BinaryIO | None) -> Fill: ...
-        def _settle(self, rec: Recording, block_bytes: int, loop: asyncio.AbstractEventLoop) -> Entry | None: ...
-        def _release_discovery(self, rec: Recording, entry_id: int | None, loop: asyncio.AbstractEventLoop) -> None: ...
-        def schedule_eviction(self) -> None: ...
-        def flush_touches(self) -> None: ...
-        def disk_low(self) -> bool: ...
+        # The parts ``ReadCache`` builds around this state, each holding it (readcache.py): one
+        # part reaches another through them (serving and discovery start fills, a fill settles
+        # its discovery and schedules eviction), and the facade's warm serves the prefetcher.
+        serving: Serving
+        filling: Filling
+        discovery: Discovery
+        eviction: Eviction
+
         async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int: ...
 
     def __init__(self, index: CacheIndex, store: BlockStore, remote: RemotePort, policies: PolicyBook, *,
@@ -98,6 +97,10 @@ class CacheBase:
         # What reads predict, fetched ahead (prefetch.py); ``prefetch_bytes`` 0: nothing is.
         self.prefetch = Prefetcher(self.remote.list_objects, self._prefetch_verdict, self._warm_ahead, self._run,
                                    self._spawn, ahead_bytes=prefetch_bytes, parallel=prefetch_parallel)
+        self._build_parts()
+
+    def _build_parts(self) -> None:
+        """The parts around this state: ``ReadCache`` builds them (they import this module)."""
 
     def _prefetch_verdict(self, bucket: str, obj: ObjectSummary, policy: Policy) -> bool | None:
         """Whether to fetch a listed object ahead of its reader (in a thread): None when this
@@ -107,7 +110,7 @@ class CacheBase:
             return None
         if (bucket, obj.key) in self._discovering:
             return None
-        if policy.admission == "second-hit" or self.disk_low():
+        if policy.admission == "second-hit" or self.eviction.disk_low():
             return False
         return self.admission.decide(bucket, obj.key, obj.size, policy)
 
@@ -154,3 +157,12 @@ class CacheBase:
         if not entry.size:
             return 0
         return sum(self.store.delete(self._name(entry, i)) for i in range(entry.blocks))
+
+    def flush_touches(self) -> None:
+        """Write the buffered access times (eviction reads them: flushed before it runs)."""
+        touches, self._touches = self._touches, {}
+        if touches:
+            try:
+                self.index.touch(touches)
+            except Exception:
+                log.exception("recording cache access times failed")

@@ -20,8 +20,11 @@ from app.services.cache.on_behalf import on_behalf_of
 from app.services.cache.recording import PendingEntry, Recording
 
 
-class Discovery(CacheBase):
+class Discovery:
     """Discovering versions and writing their rows. Uses ``_start_fill`` (fill.py)."""
+
+    def __init__(self, cache: CacheBase) -> None:
+        self.cache = cache
 
     async def discover(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
                        tenant_id: int | None, *, whole: bool = False, gate: bool = True) -> Entry | None:
@@ -29,53 +32,53 @@ class Discovery(CacheBase):
         ``gate``: a new key passes frequency admission (admission.py) before it is kept; staging
         does not ask."""
         k = (bucket, key)
-        running = self._discovering.get(k)
+        running = self.cache._discovering.get(k)
         if running is not None and running.done() and running.exception() is None:
             shared = running.result()
             if isinstance(shared, PendingEntry) and shared.recording and shared.recording.failed:
                 running = None  # its fetch failed (the loop has not heard yet): discover afresh
         if running is not None:
-            began = self._discovery_began.get(running)
-            if began is not None and await self._run(self.index.changed_since, bucket, key, began):
+            began = self.cache._discovery_began.get(running)
+            if began is not None and await self.cache._run(self.cache.index.changed_since, bucket, key, began):
                 # A write (or its destage) came after that discovery began: the version it
                 # fetched may be the older one, which this reader must not be served. It reads
                 # the remote directly; the running discovery's row is refused by put_ready.
                 return None
             return await asyncio.shield(running)
         future: asyncio.Future[Entry | None] = asyncio.get_running_loop().create_future()
-        self._discovering[k] = future
-        self._discovery_began[future] = time.time()
+        self.cache._discovering[k] = future
+        self.cache._discovery_began[future] = time.time()
         try:
             entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole, gate)
         except BaseException as exc:
-            self._discovering.pop(k, None)
+            self.cache._discovering.pop(k, None)
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning when nobody waits
             raise
         future.set_result(entry)
         rec = entry.recording if isinstance(entry, PendingEntry) else None
         if rec is None or rec.settled.is_set():
-            self._discovering.pop(k, None)
+            self.cache._discovering.pop(k, None)
         # else: later readers here share the pending entry until its row is written
         # (_discovery_settled), instead of discovering the object again.
         return entry
 
-    def _settle(self, rec: Recording, block_bytes: int, loop: asyncio.AbstractEventLoop) -> Entry | None:
+    def settle(self, rec: Recording, block_bytes: int, loop: asyncio.AbstractEventLoop) -> Entry | None:
         """Write a discovered version's row (in a thread); always releases the discovery. A
         version admission refused gets no row: its readers were served, the next read asks again."""
         entry: Entry | None = None
         if rec.refused:
-            self._release_discovery(rec, None, loop)
+            self.release_discovery(rec, None, loop)
             return None
         try:
-            entry = self.index.put_ready(rec.meta, rec.bucket, rec.block_size, rec.tenant_id, rec.pinned,
+            entry = self.cache.index.put_ready(rec.meta, rec.bucket, rec.block_size, rec.tenant_id, rec.pinned,
                                          rec.started, rec.cached_bytes + block_bytes)
             if rec.replaced is not None:
-                self._delete_blocks(rec.replaced)
+                self.cache._delete_blocks(rec.replaced)
         finally:
-            self._release_discovery(rec, entry.id if entry is not None else None, loop)
+            self.release_discovery(rec, entry.id if entry is not None else None, loop)
         if entry is not None and rec.ranged:
-            loop.call_soon_threadsafe(self._background, self._complete_checksums, entry)
+            loop.call_soon_threadsafe(self.cache._background, self._complete_checksums, entry)
         return entry
 
     def _complete_checksums(self, entry: Entry) -> None:
@@ -83,24 +86,24 @@ class Discovery(CacheBase):
         answers). One HEAD completes the row's metadata, so hits answer ``x-amz-checksum-mode``
         as the remote does. A changed object is left to revalidation."""
         try:
-            meta = self.remote.head_object(entry.bucket, entry.key)
+            meta = self.cache.remote.head_object(entry.bucket, entry.key)
         except S3Error:
             return
         if meta.etag == entry.etag and meta.checksums:
-            self.index.set_checksums(entry.id, entry.etag, meta.checksums)
+            self.cache.index.set_checksums(entry.id, entry.etag, meta.checksums)
 
-    def _release_discovery(self, rec: Recording, entry_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
+    def release_discovery(self, rec: Recording, entry_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
         rec.settle(entry_id)
-        self.store.unlock(rec.lock)
+        self.cache.store.unlock(rec.lock)
         loop.call_soon_threadsafe(self._discovery_settled, rec)
 
     def _discovery_settled(self, rec: Recording) -> None:
         k = (rec.bucket, rec.meta.key)
-        future = self._discovering.get(k)
+        future = self.cache._discovering.get(k)
         if future is not None and future.done() and not future.cancelled() and future.exception() is None:
             entry = future.result()
             if isinstance(entry, PendingEntry) and entry.recording is rec:
-                self._discovering.pop(k, None)
+                self.cache._discovering.pop(k, None)
 
     async def _discover_locked(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
                                tenant_id: int | None, whole: bool, gate: bool) -> Entry | None:
@@ -108,7 +111,7 @@ class Discovery(CacheBase):
         started = time.time()
         delay = LOCK_POLL
         waited_since: float | None = None
-        while not self.store.try_lock(lock):
+        while not self.cache.store.try_lock(lock):
             if waited_since is None:
                 waited_since = time.monotonic()
             await asyncio.sleep(delay)
@@ -118,41 +121,41 @@ class Discovery(CacheBase):
         handed_off = False  # True once the lock is the Recording's to release
         try:
             # A point lookup: inline on the raw SQLite connection, a thread otherwise.
-            old = (self.index.get(bucket, key) if self.index.lookups is not None
-                   else await self._run(self.index.get, bucket, key))
+            old = (self.cache.index.get(bucket, key) if self.cache.index.lookups is not None
+                   else await self.cache._run(self.cache.index.get, bucket, key))
             if old is not None and old.state == CacheState.READY and (
                     old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
                 return old  # another process discovered it while we waited
-            index = (first_byte // self.block_size) if first_byte is not None else 0
+            index = (first_byte // self.cache.block_size) if first_byte is not None else 0
             with on_behalf_of(tenant_id):  # a peer that serves the block charges this tenant
                 meta, body = await self._fetch_first(bucket, key, index, whole)
-            if meta.size <= index * self.block_size and meta.size:
+            if meta.size <= index * self.cache.block_size and meta.size:
                 index = 0
-            same = old is not None and old.etag == meta.etag and old.block_size == self.block_size
-            rec = Recording(meta, bucket, self.block_size, tenant_id, policy.pinned, started,
+            same = old is not None and old.etag == meta.etag and old.block_size == self.cache.block_size
+            rec = Recording(meta, bucket, self.cache.block_size, tenant_id, policy.pinned, started,
                             self._carried_bytes(old) if old is not None and same else 0, lock,
                             old if old is not None and not same else None,
                             ranged=not whole and not meta.checksums and meta.size > 0)
             # A key the cache holds no row of is a newcomer: kept only if admission says so.
-            rec.refused = gate and old is None and not await self._run(self.admission.decide, bucket, key,
+            rec.refused = gate and old is None and not await self.cache._run(self.cache.admission.decide, bucket, key,
                                                                         meta.size, policy)
             if rec.refused:
-                self.admission.remember_refused(bucket, key, meta.size)
+                self.cache.admission.remember_refused(bucket, key, meta.size)
             entry = rec.provisional()
-            name = self._name(entry, index)
+            name = self.cache._name(entry, index)
             length = entry.block_length(index)
-            if (body is not None and length > 0 and name not in self._inflight and not self.store.has(name, length)
-                    and self.store.try_lock(name)):
-                self._start_fill(entry, index, name, length, body)  # it writes the row
+            if (body is not None and length > 0 and name not in self.cache._inflight and not self.cache.store.has(name, length)
+                    and self.cache.store.try_lock(name)):
+                self.cache.filling.start_fill(entry, index, name, length, body)  # it writes the row
                 handed_off = True
                 return entry
             if body is not None:
                 body.close()
             handed_off = True
-            return await self._run(self._settle, rec, 0, asyncio.get_running_loop())
+            return await self.cache._run(self.settle, rec, 0, asyncio.get_running_loop())
         finally:
             if not handed_off:
-                self.store.unlock(lock)
+                self.cache.store.unlock(lock)
 
     def _carried_bytes(self, old: Entry) -> int:
         """The bytes of this same version already cached, which the new row takes over. A ready
@@ -162,7 +165,7 @@ class Discovery(CacheBase):
         if old.state == CacheState.READY:
             return old.cached_bytes
         return sum(old.block_length(i) for i in range(old.blocks)
-                   if self.store.has(self._name(old, i), old.block_length(i)))
+                   if self.cache.store.has(self.cache._name(old, i), old.block_length(i)))
 
     async def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
         """One GET of block ``index``: the metadata from its headers, the body for the block.
@@ -172,16 +175,16 @@ class Discovery(CacheBase):
         first block of that stream and drops the connection if the object is larger.
         """
         if whole:
-            return await self._run(self.source.get_object, bucket, key, None)
-        first = index * self.block_size
+            return await self.cache._run(self.cache.source.get_object, bucket, key, None)
+        first, size = index * self.cache.block_size, self.cache.block_size
         try:
-            return await self._run(self.source.get_object, bucket, key, f"bytes={first}-{first + self.block_size - 1}")
+            return await self.cache._run(self.cache.source.get_object, bucket, key, f"bytes={first}-{first + size - 1}")
         except S3Error as err:
             if err.code != "InvalidRange":
                 raise
         # Empty object, or a range past the end: the whole object tells its size.
-        meta, body = await self._run(self.source.get_object, bucket, key, None)
-        if meta.size > self.block_size:
+        meta, body = await self.cache._run(self.cache.source.get_object, bucket, key, None)
+        if meta.size > self.cache.block_size:
             body.close()
             return meta, None
         return meta, body

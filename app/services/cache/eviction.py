@@ -22,63 +22,66 @@ RETIRED_LOCK = "c" * 64  # one process per data directory unlinks retired blocks
 _retired_in_process = threading.Lock()
 
 
-class Eviction(CacheBase):
+class Eviction:
     """Limits and what frees space."""
+
+    def __init__(self, cache: CacheBase) -> None:
+        self.cache = cache
 
     def disk_low(self) -> bool:
         """Whether the disk is too close to its reserve for another block. Then misses are read
         through without caching (a fill would fail with ENOSPC mid-answer) and an eviction of
         clean entries is started."""
-        if self.disk.spare() >= 2 * self.block_size:
+        if self.cache.disk.spare() >= 2 * self.cache.block_size:
             return False
         self.schedule_eviction()
         return True
 
     def schedule_eviction(self) -> None:
-        if self._evicting:
+        if self.cache._evicting:
             return
-        self._evicting = True
-        self._added_since_check = 0
+        self.cache._evicting = True
+        self.cache._added_since_check = 0
 
         async def run() -> None:
             try:
-                await self._run(self.enforce_limits)
+                await self.cache._run(self.enforce_limits)
             except Exception:
                 log.exception("cache eviction failed")
             finally:
-                self._evicting = False
+                self.cache._evicting = False
 
-        self._spawn(run())
+        self.cache._spawn(run())
 
     def enforce_limits(self) -> int:
         """Evict until every tenant is within quota, every bucket within its policy's quota and
         the node within its budget. Returns the bytes freed."""
-        self.flush_touches()
+        self.cache.flush_touches()
         freed = 0
-        for tenant_id, quota in self.index.tenant_quotas():
-            used = self.index.total_bytes(tenant_id=tenant_id)
+        for tenant_id, quota in self.cache.index.tenant_quotas():
+            used = self.cache.index.total_bytes(tenant_id=tenant_id)
             if used > quota:
                 freed += self.evict(used - quota, tenant_id=tenant_id, reason="tenant-quota")
-        rules = self.policies.rules()
+        rules = self.cache.policies.rules()
         with_quota = {r.bucket for r in rules if r.quota_bytes is not None}
-        buckets = self.index.buckets() if "*" in with_quota else sorted(with_quota)
+        buckets = self.cache.index.buckets() if "*" in with_quota else sorted(with_quota)
         for bucket in buckets:
-            bucket_quota = self.policies.for_bucket(bucket).quota_bytes
+            bucket_quota = self.cache.policies.for_bucket(bucket).quota_bytes
             if bucket_quota is not None:
-                used = self.index.total_bytes(bucket=bucket)
+                used = self.cache.index.total_bytes(bucket=bucket)
                 if used > bucket_quota:
                     freed += self.evict(used - bucket_quota, bucket=bucket, reason="bucket-quota")
-        if (spare := self.disk.spare()) < 2 * self.block_size:
+        if (spare := self.cache.disk.spare()) < 2 * self.cache.block_size:
             # Retired blocks first: their bytes were counted freed, but they are still on the disk
             # (a reader still reaching one of those is cut: the disk is short of space).
-            self.sweep_retired(need=4 * self.block_size - spare)
-            if (spare := self.disk.spare()) < 2 * self.block_size:
-                freed += self.evict(4 * self.block_size - spare, reason="disk")  # up to a low-water mark
-        if self.budget_bytes:
-            used = self.index.total_bytes() + self.dirty_bytes()
-            if used > self.budget_bytes:
+            self.sweep_retired(need=4 * self.cache.block_size - spare)
+            if (spare := self.cache.disk.spare()) < 2 * self.cache.block_size:
+                freed += self.evict(4 * self.cache.block_size - spare, reason="disk")  # up to a low-water mark
+        if self.cache.budget_bytes:
+            used = self.cache.index.total_bytes() + self.cache.dirty_bytes()
+            if used > self.cache.budget_bytes:
                 # Down to a low-water mark, so eviction does not run on every fill.
-                freed += self.evict(used - int(self.budget_bytes * 0.95), reason="capacity")
+                freed += self.evict(used - int(self.cache.budget_bytes * 0.95), reason="capacity")
         return freed
 
     def evict(self, need: int, *, tenant_id: int | None = None, bucket: str | None = None,
@@ -87,14 +90,14 @@ class Eviction(CacheBase):
         freed = entries = 0
         after: tuple[float, int] | None = None
         while freed < need:
-            batch = self.index.lru(256, tenant_id=tenant_id, bucket=bucket, after=after)
+            batch = self.cache.index.lru(256, tenant_id=tenant_id, bucket=bucket, after=after)
             if not batch:
                 break
             for entry in batch:
                 after = (entry.last_access, entry.id)
-                if self.policies.for_key(entry.bucket, entry.key).pinned:
+                if self.cache.policies.for_key(entry.bucket, entry.key).pinned:
                     continue
-                dropped = self._drop_sync(entry)
+                dropped = self.cache._drop_sync(entry)
                 if dropped or entry.cached_bytes:
                     entries += 1
                     freed += max(dropped, entry.cached_bytes)
@@ -111,11 +114,11 @@ class Eviction(CacheBase):
         entries = freed = 0
         after: str | None = None
         while True:
-            batch = self.index.under(bucket, prefix, after, 1000)
+            batch = self.cache.index.under(bucket, prefix, after, 1000)
             if not batch:
                 break
             for entry in batch:
-                freed += self._drop_sync(entry)
+                freed += self.cache._drop_sync(entry)
                 entries += 1
             after = batch[-1].key
         metrics.evicted("operator", entries, freed)
@@ -123,8 +126,8 @@ class Eviction(CacheBase):
 
     def wipe(self) -> tuple[int, int]:
         """Drop every clean block of this node; the remote has all of it."""
-        count, usage = self.index.delete_all()
-        self.store.wipe()
+        count, usage = self.cache.index.delete_all()
+        self.cache.store.wipe()
         metrics.evicted("wipe", count, usage)
         return count, usage
 
@@ -135,12 +138,12 @@ class Eviction(CacheBase):
         if not _retired_in_process.acquire(blocking=False):
             return 0, 0
         try:
-            if not self.store.try_lock(RETIRED_LOCK):
+            if not self.cache.store.try_lock(RETIRED_LOCK):
                 return 0, 0
             try:
-                files, freed = self.store.sweep_retired(grace, need)
+                files, freed = self.cache.store.sweep_retired(grace, need)
             finally:
-                self.store.unlock(RETIRED_LOCK)
+                self.cache.store.unlock(RETIRED_LOCK)
         finally:
             _retired_in_process.release()
         if files:

@@ -191,22 +191,25 @@ class FillJob:
         return self.fill.length
 
 
-class Filling(CacheBase):
+class Filling:
     """Starting fills, and the fetch thread's steps. Uses ``_settle``/``_release_discovery``
     (discovery.py) and ``schedule_eviction`` (eviction.py) of the same ReadCache."""
 
-    def _start_fill(self, entry: Entry, index: int, name: str, length: int, body: BinaryIO | None) -> Fill:
+    def __init__(self, cache: CacheBase) -> None:
+        self.cache = cache
+
+    def start_fill(self, entry: Entry, index: int, name: str, length: int, body: BinaryIO | None) -> Fill:
         """Begin fetching a block we hold the lock of; the fetch outlives any one reader.
 
         With ``body`` (a discovery's GET) and a pending entry, this fill also writes the entry's
         row (see recording.py)."""
         loop = asyncio.get_running_loop()
         try:
-            fill = Fill(name, length, self.store.open_fill(name, index), loop, self.store.reader)
+            fill = Fill(name, length, self.cache.store.open_fill(name, index), loop, self.cache.store.reader)
         except BaseException:
-            self.store.unlock(name)
+            self.cache.store.unlock(name)
             raise
-        self._inflight[name] = fill
+        self.cache._inflight[name] = fill
         job = FillJob(entry, index, fill, loop, body)
         if isinstance(entry, PendingEntry) and body is not None:
             job.rec = entry.recording
@@ -221,7 +224,7 @@ class Filling(CacheBase):
             elif job.expected:
                 job.digest = new_checksum(job.expected[0])
         fill.holds_last = job.digest is not None
-        self._spawn(anyio.to_thread.run_sync(self._run_fill, job, limiter=self.fetch_limiter))
+        self.cache._spawn(anyio.to_thread.run_sync(self._run_fill, job, limiter=self.cache.fetch_limiter))
         return fill
 
     def _run_fill(self, job: FillJob) -> None:
@@ -237,7 +240,7 @@ class Filling(CacheBase):
             elif job.keep and self._fill_account(job):
                 self._fill_publish(job)
             else:
-                self.store.discard(job.fill.file)
+                self.cache.store.discard(job.fill.file)
         except BaseException as exc:  # the readers get the error; the next read refetches
             error = exc
             self._fill_roll_back(job, exc)
@@ -251,7 +254,7 @@ class Filling(CacheBase):
         if job.body is None:
             first = job.index * entry.block_size
             with on_behalf_of(entry.tenant_id):  # a peer that serves the block charges this tenant
-                job.body = self.source.open_range(entry.bucket, entry.key, entry.etag, first, first + job.length - 1)
+                job.body = self.cache.source.open_range(entry.bucket, entry.key, entry.etag, first, first + job.length - 1)
         # A body that reads into a buffer (a peer's) fills one reused buffer: no new bytes object
         # per chunk. Others (botocore's, which counts and checks what it hands out) are read.
         readinto = getattr(job.body, "readinto", None)
@@ -274,7 +277,7 @@ class Filling(CacheBase):
                 job.digest.update(chunk)
             job.loop.call_soon_threadsafe(fill.notify)
             if rec is not None and not job.single and not rec.settled.is_set():
-                job.keep = self._settle(rec, 0, job.loop) is not None  # first bytes are out: now the row
+                job.keep = self.cache.discovery.settle(rec, 0, job.loop) is not None  # first bytes are out: now the row
             if fill.file.written >= job.length:
                 break
 
@@ -297,7 +300,7 @@ class Filling(CacheBase):
         file no row accounts for. False: the entry was evicted, replaced or never written while
         this block was in flight."""
         entry_id = row_id(job.entry)
-        job.accounted = entry_id if entry_id and self.index.add_bytes(entry_id, job.length) else None
+        job.accounted = entry_id if entry_id and self.cache.index.add_bytes(entry_id, job.length) else None
         return job.accounted is not None
 
     def _fill_publish_and_record(self, job: FillJob) -> None:
@@ -309,12 +312,12 @@ class Filling(CacheBase):
         accounts for, which the orphan sweep removes (it judges only files published more than
         ORPHAN_GRACE_SECONDS before it starts)."""
         assert job.rec is not None, "a one-block fill carries its discovery's recording"
-        self.store.publish(job.fill.file)
+        self.cache.store.publish(job.fill.file)
         job.published = True
-        recorded = self._settle(job.rec, job.length, job.loop)
+        recorded = self.cache.discovery.settle(job.rec, job.length, job.loop)
         job.accounted = recorded.id if recorded is not None else None
         if recorded is None:
-            self.store.delete(job.name)
+            self.cache.store.delete(job.name)
             return
         metrics.remote_fetched(job.length)
 
@@ -322,44 +325,44 @@ class Filling(CacheBase):
         """Step 4: rename the block into place, then read the row once more: a row evicted or
         replaced between the accounting and the rename takes the file with it (nobody else
         would reclaim it)."""
-        self.store.publish(job.fill.file)
+        self.cache.store.publish(job.fill.file)
         job.published = True
         metrics.remote_fetched(job.length)
-        now = self.index.get(job.entry.bucket, job.entry.key)
+        now = self.cache.index.get(job.entry.bucket, job.entry.key)
         if now is None or now.id != job.accounted or now.state != CacheState.READY:
-            self.store.delete(job.name)
+            self.cache.store.delete(job.name)
 
     def _fill_roll_back(self, job: FillJob, exc: BaseException) -> None:
         """After a failure: no file stays, no byte stays counted; an object that changed behind
         the cache (If-Match refused) loses its entry."""
         if job.published:
-            self.store.delete(job.name)
+            self.cache.store.delete(job.name)
         else:
-            self.store.discard(job.fill.file)
+            self.cache.store.discard(job.fill.file)
             if job.accounted is not None:  # counted, never published: take the bytes back
                 with contextlib.suppress(Exception):
-                    self.index.add_bytes(job.accounted, -job.length)
+                    self.cache.index.add_bytes(job.accounted, -job.length)
         if isinstance(exc, S3Error) and exc.code == "PreconditionFailed":
             with contextlib.suppress(Exception):
-                self.index.invalidate(job.entry.bucket, job.entry.key)
+                self.cache.index.invalidate(job.entry.bucket, job.entry.key)
 
     def _fill_release(self, job: FillJob, error: BaseException | None) -> None:
         """Always: a discovery whose row was not written is released (the next read discovers
         again), the response is closed, the block unlocked, the readers told."""
         if job.rec is not None and not job.rec.settled.is_set():
-            self._release_discovery(job.rec, None, job.loop)
+            self.cache.discovery.release_discovery(job.rec, None, job.loop)
         if job.body is not None:
             with contextlib.suppress(Exception):
                 job.body.close()
-        self.store.unlock(job.name)
+        self.cache.store.unlock(job.name)
         job.loop.call_soon_threadsafe(self._fill_done, job.fill, error)
 
     def _fill_done(self, fill: Fill, error: BaseException | None) -> None:
         """On the loop: the fill is no longer followable; check limits now and then."""
-        self._inflight.pop(fill.name, None)
+        self.cache._inflight.pop(fill.name, None)
         fill.finish(error)
         if error is None:
-            self._added_since_check += fill.length
+            self.cache._added_since_check += fill.length
             # Check limits after each 1% of the budget, and at least every 32 MiB: quotas are smaller.
-            if self._added_since_check >= max(self.block_size, min(self.budget_bytes // 100, 32 * 1024 * 1024)):
-                self.schedule_eviction()
+            if self.cache._added_since_check >= max(self.cache.block_size, min(self.cache.budget_bytes // 100, 32 * 1024 * 1024)):
+                self.cache.eviction.schedule_eviction()

@@ -19,8 +19,11 @@ ORPHAN_NAMES_PER_PASS = 1_000_000  # names held in memory at once (~64 MB); more
 SWEEP_LOCK = "e" * 64  # one sweeping process per data directory
 
 
-class Orphans(CacheBase):
+class Orphans:
     """The sweep of unaccounted block files."""
+
+    def __init__(self, cache: CacheBase) -> None:
+        self.cache = cache
 
     def sweep_orphans(self, grace: float = ORPHAN_GRACE_SECONDS) -> tuple[int, int]:
         """Delete block files no entry row accounts for; returns (files, bytes).
@@ -32,11 +35,11 @@ class Orphans(CacheBase):
         that: only files published before the start (less ``grace``) are judged. Memory stays
         bounded: names are collected for a range of shard directories at a time, in as many
         passes as ``ORPHAN_NAMES_PER_PASS`` needs."""
-        if not self.store.try_lock(SWEEP_LOCK):
+        if not self.cache.store.try_lock(SWEEP_LOCK):
             return 0, 0  # another worker process of this node is sweeping
         try:
             cutoff = time.time() - grace
-            blocks = self.index.block_count()
+            blocks = self.cache.index.block_count()
             passes = 1
             while passes < 256 and blocks / passes > ORPHAN_NAMES_PER_PASS:
                 passes *= 2
@@ -46,13 +49,13 @@ class Orphans(CacheBase):
             for group in (shards[p * per_pass:(p + 1) * per_pass] for p in range(passes)):
                 known = self._accounted_blocks(set(group) if passes > 1 else None)
                 for shard in group:
-                    for name, published, size in self.store.block_files(shard):
+                    for name, published, size in self.cache.store.block_files(shard):
                         if published < cutoff and int(name[:16], 16) not in known:
-                            self.store.delete(name)
+                            self.cache.store.delete(name)
                             files += 1
                             freed += size
         finally:
-            self.store.unlock(SWEEP_LOCK)
+            self.cache.store.unlock(SWEEP_LOCK)
         if files:
             metrics.evicted("orphan", files, freed)
             log.warning("cache sweep removed %d block files (%d bytes) that no entry accounted for", files, freed)
@@ -62,7 +65,7 @@ class Orphans(CacheBase):
         """The first 64 bits of every block name this node's rows own (in ``shards`` only)."""
         known: set[int] = set()
         after = 0
-        while rows := self.index.block_owners(after, 5000):
+        while rows := self.cache.index.block_owners(after, 5000):
             for _, bucket, key, etag, size, block_size in rows:
                 for index in range(max(1, -(-size // block_size))):
                     name = block_name(bucket, key, etag, index, block_size)

@@ -33,6 +33,7 @@ from app.domain.objects import FileSegment, ObjectMeta
 from app.domain.policy import Policy
 from app.domain.ranges import ByteRange, RangeRequest
 from app.domain.states import CacheState
+from app.services.cache.base import CacheBase
 from app.services.cache.discovery import Discovery
 from app.services.cache.eviction import Eviction
 from app.services.cache.fill import Fill, Filling
@@ -72,9 +73,31 @@ def _outcome(outcome: str, bucket: str, tenant: int | None) -> None:
     metrics.cache_outcome(outcome, bucket, tenant)  # also the request's outcome (the slow log's record)
 
 
-class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
-    """The facade: current/head/read/warm/invalidate, usage, and the background upkeep. The parts
-    live in serve.py, fill.py, discovery.py, eviction.py, revalidation.py, orphans.py, scrub.py."""
+class ReadCache(CacheBase):
+    """The facade over the cache's state (base.py): current/head/read/warm/invalidate, usage, and
+    the background upkeep. The parts, each a plain class holding the state: serve.py (Serving),
+    fill.py (Filling), discovery.py (Discovery), eviction.py (Eviction), revalidation.py
+    (Revalidation), orphans.py (Orphans); scrub.py and prefetch.py are the state's own helpers."""
+
+    def _build_parts(self) -> None:
+        self.serving = Serving(self)
+        self.filling = Filling(self)
+        self.discovery = Discovery(self)
+        self.eviction = Eviction(self)
+        self.revalidation = Revalidation(self)
+        self.orphans = Orphans(self)
+        # What the chores, the admin API and the fleet's peers call.
+        self.disk_low = self.eviction.disk_low
+        self.enforce_limits = self.eviction.enforce_limits
+        self.evict = self.eviction.evict
+        self.evict_prefix = self.eviction.evict_prefix
+        self.wipe = self.eviction.wipe
+        self.sweep_retired = self.eviction.sweep_retired
+        self.revalidate_bucket = self.revalidation.revalidate_bucket
+        self.revalidate_all = self.revalidation.revalidate_all
+        self.sweep_orphans = self.orphans.sweep_orphans
+        self.acquire = self.serving.acquire
+        self._stream = self.serving.stream
 
     # ---- lookups -----------------------------------------------------------------------------
     def lookup(self, bucket: str, key: str) -> Entry | None:
@@ -90,7 +113,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
             return None, "miss"
         if policy.is_fresh(entry.validated_at, time.time()):
             return entry, "hit"
-        return await self._revalidate(entry, bucket, key, policy)
+        return await self.revalidation.revalidate(entry, bucket, key, policy)
 
     async def head(self, bucket: str, key: str, policy: Policy, tenant_id: int | None,
                    known: Any = LOOKUP) -> ObjectMeta:
@@ -135,7 +158,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
                     _outcome("miss", bucket, tenant_id)
                     return None  # read through, exactly the range asked for
                 gate = False  # admitted (and room made): the discovery keeps it
-            entry = await self.discover(bucket, key, wanted.first_byte, policy, tenant_id,
+            entry = await self.discovery.discover(bucket, key, wanted.first_byte, policy, tenant_id,
                                         whole=wanted.spec is None, gate=gate)
             if entry is None:
                 _outcome("miss", bucket, tenant_id)
@@ -148,19 +171,19 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         rng = wanted.resolve(entry.size)
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
         if outcome != "miss":
-            small = self._small_hit(entry, first, last)
+            small = self.serving.small_hit(entry, first, last)
             if small is not None:
                 _outcome(outcome, bucket, tenant_id)
                 metrics.served_bytes(outcome, bucket, len(small[0]))
                 return CachedRead(entry.meta, rng, _once(small[0]), _nothing_to_close, outcome, small[1], small[0])
-        files = self._segments(entry, first, last) if outcome != "miss" else None
+        files = self.serving.segments(entry, first, last) if outcome != "miss" else None
         if files is None and outcome != "miss" and self.disk_low():
             _outcome("miss", bucket, tenant_id)  # blocks to fetch, no room for them: read through
             return None
         _outcome(outcome, bucket, tenant_id)
         if files is not None:
             metrics.served_bytes(outcome, bucket, max(0, last - first + 1))
-        stream = self._stream(entry, first, last, outcome, record=files is None, file_ranges=file_ranges)
+        stream = self.serving.stream(entry, first, last, outcome, record=files is None, file_ranges=file_ranges)
         # FileRange items only for a caller that asked for them (the S3 edge's zero-copy path).
         return CachedRead(entry.meta, rng, cast(AsyncIterator[bytes], stream), lambda: None, outcome, files)
 
@@ -182,7 +205,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
         if entry is None:
             # A whole-object GET, as a client's first read would be: its answer carries the
             # stored checksums, which a ranged one does not.
-            entry = await self.discover(bucket, key, 0, policy, tenant_id, whole=True, gate=False)
+            entry = await self.discovery.discover(bucket, key, 0, policy, tenant_id, whole=True, gate=False)
             if entry is None:
                 return 0
         blocks = range(entry.blocks) if entry.size else range(0)
@@ -191,7 +214,7 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
 
         async def one(index: int) -> None:
             async with sem:
-                source, _ = await self.acquire(entry, index)
+                source, _ = await self.serving.acquire(entry, index)
                 if isinstance(source, Fill):
                     await source.wait_finished()
         await asyncio.gather(*(one(i) for i in missing))
@@ -214,14 +237,6 @@ class ReadCache(Serving, Filling, Discovery, Eviction, Revalidation, Orphans):
     def publish_sizing(self) -> None:
         """The sizing gauges of this process (predicted and measured hit ratio per bucket)."""
         self.sizing.publish()
-
-    def flush_touches(self) -> None:
-        touches, self._touches = self._touches, {}
-        if touches:
-            try:
-                self.index.touch(touches)
-            except Exception:
-                log.exception("recording cache access times failed")
 
     def janitor_pass(self, enforce: bool = True) -> None:
         """Drop this node's invalidated entries and old tombstones; enforce limits."""

@@ -48,21 +48,24 @@ def _before(key: str) -> str:
     return key[:-1] + (chr(code) + "\U0010ffff" if code >= 0 else "")
 
 
-class Revalidation(CacheBase):
+class Revalidation:
     """Checking entries against the remote."""
 
-    async def _revalidate(self, entry: Entry, bucket: str, key: str, policy: Policy) -> tuple[Entry | None, str]:
+    def __init__(self, cache: CacheBase) -> None:
+        self.cache = cache
+
+    async def revalidate(self, entry: Entry, bucket: str, key: str, policy: Policy) -> tuple[Entry | None, str]:
         """A stale entry: revalidate it; under serve-stale, answer 'stale' at once if the remote has
         not answered within ``STALE_WAIT`` and let the HEAD finish in the background."""
         if not policy.serve_stale:
             return await self._check(entry, bucket, key, policy)
-        running = self._revalidating
+        running = self.cache._revalidating
         task = running.get(entry.id)
         if task is None:
             task = asyncio.ensure_future(self._check(entry, bucket, key, policy))
             running[entry.id] = task
-            self._tasks.append(task)  # stop() cancels what is left
-            task.add_done_callback(functools.partial(_settled, running, self._tasks, entry.id))
+            self.cache._tasks.append(task)  # stop() cancels what is left
+            task.add_done_callback(functools.partial(_settled, running, self.cache._tasks, entry.id))
         await asyncio.wait({task}, timeout=STALE_WAIT)
         if task.done():
             return task.result()
@@ -74,15 +77,15 @@ class Revalidation(CacheBase):
         drops it ('miss'); a deleted object drops it and raises; a remote error gives 'stale' if
         the policy serves stale, else ServiceUnavailable."""
         try:
-            meta = await self._run(self._conditional_head, bucket, key, entry.etag)
+            meta = await self.cache._run(self._conditional_head, bucket, key, entry.etag)
         except S3Error as err:
             if err.code == "NotModified":
                 metrics.revalidated("unchanged")
-                await self._run(self.index.validated, [entry.id])
+                await self.cache._run(self.cache.index.validated, [entry.id])
                 return entry, "hit"
             if err.code in ("NoSuchKey", "NoSuchBucket"):
                 metrics.revalidated("deleted")
-                await self.drop(entry)
+                await self.cache.drop(entry)
                 raise
             if err.status >= 500:
                 metrics.revalidated("error")
@@ -93,14 +96,14 @@ class Revalidation(CacheBase):
             raise
         if meta.etag == entry.etag:  # the remote ignored If-None-Match
             metrics.revalidated("unchanged")
-            await self._run(self.index.validated, [entry.id])
+            await self.cache._run(self.cache.index.validated, [entry.id])
             return entry, "hit"
         metrics.revalidated("changed")
-        await self.drop(entry)
+        await self.cache.drop(entry)
         return None, "miss"
 
     def _conditional_head(self, bucket: str, key: str, etag: str) -> ObjectMeta:
-        return self.remote.head_object(bucket, key, if_none_match=etag)
+        return self.cache.remote.head_object(bucket, key, if_none_match=etag)
 
     def revalidate_bucket(self, bucket: str, prefix: str = "") -> dict[str, int]:
         """Compare this node's entries with the remote listing, one LIST per 1000 keys; drop
@@ -108,17 +111,17 @@ class Revalidation(CacheBase):
         stats = {"unchanged": 0, "changed": 0, "deleted": 0, "lists": 0}
         after_key: str | None = None
         while True:
-            batch = self.index.under(bucket, prefix, after_key, 1000)
+            batch = self.cache.index.under(bucket, prefix, after_key, 1000)
             if not batch:
                 return stats
             after_key = batch[-1].key
-            entries = [e for e in batch if self.policies.for_key(bucket, e.key).revalidate != "immutable"]
+            entries = [e for e in batch if self.cache.policies.for_key(bucket, e.key).revalidate != "immutable"]
             # Some servers (SeaweedFS) list directory by directory, not in S3's byte order, so a
             # key can be missing from a page that spans it; their profile says so.
-            ordered = self.remote.profile(bucket).ordered_listing
+            ordered = self.cache.remote.profile(bucket).ordered_listing
             pos = 0
             while pos < len(entries):
-                page = self.remote.list_as_listed(bucket, prefix, _before(entries[pos].key), 1000)
+                page = self.cache.remote.list_as_listed(bucket, prefix, _before(entries[pos].key), 1000)
                 stats["lists"] += 1
                 remote = {c.key: c.etag for c in page.contents}
                 horizon = page.contents[-1].key if page.is_truncated and page.contents else None
@@ -137,13 +140,13 @@ class Revalidation(CacheBase):
                     if result == "unchanged":
                         fresh.append(entry.id)
                     else:
-                        self._drop_sync(entry)
+                        self.cache._drop_sync(entry)
                     pos += 1
-                self.index.validated(fresh)
+                self.cache.index.validated(fresh)
 
     def _current_etag(self, bucket: str, key: str) -> str | None:
         try:
-            return self.remote.head_object(bucket, key).etag
+            return self.cache.remote.head_object(bucket, key).etag
         except S3Error as err:
             if err.code in ("NoSuchKey", "NoSuchBucket"):
                 return None
@@ -151,7 +154,7 @@ class Revalidation(CacheBase):
 
     def revalidate_all(self) -> dict[str, int]:
         totals: dict[str, int] = {}
-        for bucket in self.index.buckets():
+        for bucket in self.cache.index.buckets():
             try:
                 for name, n in self.revalidate_bucket(bucket).items():
                     totals[name] = totals.get(name, 0) + n

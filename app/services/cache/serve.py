@@ -21,28 +21,31 @@ from app.services.cache.fill import INLINE_READ, SEND_CHUNK, Fill
 SMALL_HIT = 64 * 1024  # blocks read whole for a hit; larger ones go out as file ranges or slices
 
 
-class Serving(CacheBase):
+class Serving:
     """Reading blocks out: segments, the stream, and where each block's bytes are. Uses
     ``_start_fill`` (fill.py) of the same ReadCache."""
 
-    def _segments(self, entry: Entry, first: int, last: int) -> list[FileSegment] | None:
+    def __init__(self, cache: CacheBase) -> None:
+        self.cache = cache
+
+    def segments(self, entry: Entry, first: int, last: int) -> list[FileSegment] | None:
         """The range as block-file segments when every block is local (a full hit), else None."""
         if last < first:
             return []
         size = entry.block_size
         segments = []
-        opener = self.store.open_file  # a block deleted later is still found (retired)
+        opener = self.cache.store.open_file  # a block deleted later is still found (retired)
         for idx in range(first // size, last // size + 1):
-            name = self._name(entry, idx)
+            name = self.cache._name(entry, idx)
             length = entry.block_length(idx)
-            if self.store.size_of(name) != length:
+            if self.cache.store.size_of(name) != length:
                 return None
             start = max(first, idx * size) - idx * size
             end = min(last, idx * size + length - 1) - idx * size
-            segments.append(self.store.reader.segment(self.store.file_of(name), start, end - start + 1, opener))
+            segments.append(self.cache.store.reader.segment(self.cache.store.file_of(name), start, end - start + 1, opener))
         return segments
 
-    def _small_hit(self, entry: Entry, first: int, last: int) -> tuple[bytes, list[FileSegment]] | None:
+    def small_hit(self, entry: Entry, first: int, last: int) -> tuple[bytes, list[FileSegment]] | None:
         """A range within one present block of at most ``SMALL_HIT`` bytes: its bytes, read
         now in one ``pread`` with the block's header (which ``size_of`` would read anyway), and
         its segment. None for anything else (the general walk serves it). The bytes are read
@@ -51,15 +54,16 @@ class Serving(CacheBase):
         idx = first // size
         if last < first or last // size != idx or entry.block_length(idx) > SMALL_HIT:
             return None
-        name = self._name(entry, idx)
-        data = self.store.read_small(name, SMALL_HIT)
+        name = self.cache._name(entry, idx)
+        data = self.cache.store.read_small(name, SMALL_HIT)
         if data is None or len(data) != entry.block_length(idx):
             return None
         start = first - idx * size
         body = data[start:last - idx * size + 1] if start or last - idx * size + 1 != len(data) else data
-        return body, [self.store.reader.segment(self.store.file_of(name), start, len(body), self.store.open_file)]
+        store = self.cache.store
+        return body, [store.reader.segment(store.file_of(name), start, len(body), store.open_file)]
 
-    async def _stream(self, entry: Entry, first: int, last: int, outcome: str, *,
+    async def stream(self, entry: Entry, first: int, last: int, outcome: str, *,
                       record: bool = True, file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
         if last < first:
             return
@@ -77,8 +81,8 @@ class Serving(CacheBase):
 
         def fetch_ahead(lo: int, hi: int) -> None:
             for ahead in range(lo, min(b1, hi) + 1):
-                if ahead not in pending and not self.store.servable(self._name(entry, ahead), entry.block_length(ahead),
-                                                                    since=began):
+                if ahead not in pending and not self.cache.store.servable(
+                        self.cache._name(entry, ahead), entry.block_length(ahead), since=began):
                     pending[ahead] = asyncio.ensure_future(self.acquire(entry, ahead))
 
         # Readahead starts once the first chunk is on its way: started earlier, its requests
@@ -87,7 +91,7 @@ class Serving(CacheBase):
         try:
             for idx in range(b0, b1 + 1):
                 # Keep up to fetch_concurrency blocks in flight ahead of the reader.
-                fetch_ahead(idx, idx + self.fetch_concurrency - 1 if reading_ahead else idx)
+                fetch_ahead(idx, idx + self.cache.fetch_concurrency - 1 if reading_ahead else idx)
                 task = pending.pop(idx, None)
                 source = (await task)[0] if task is not None else None
                 start = max(first, idx * size) - idx * size
@@ -97,7 +101,7 @@ class Serving(CacheBase):
                     # a drop, an eviction, in any process) is found retired; one gone from both
                     # is fetched again.
                     try:
-                        source = self.store.open_block(self._name(entry, idx))
+                        source = self.cache.store.open_block(self.cache._name(entry, idx))
                     except FileNotFoundError:
                         source, _ = await self.acquire(entry, idx)
                 chunks = (self._serve(source, start, end, file_ranges) if isinstance(source, Fill)
@@ -107,7 +111,7 @@ class Serving(CacheBase):
                     yield chunk
                     if not reading_ahead:
                         reading_ahead = True
-                        fetch_ahead(idx + 1, idx + self.fetch_concurrency - 1)
+                        fetch_ahead(idx + 1, idx + self.cache.fetch_concurrency - 1)
         finally:
             for task in pending.values():
                 task.cancel()
@@ -127,7 +131,7 @@ class Serving(CacheBase):
             source = source.name
         if not isinstance(source, int):
             try:
-                source = self.store.open_block(source if isinstance(source, str) and len(source) == 64
+                source = self.cache.store.open_block(source if isinstance(source, str) and len(source) == 64
                                                else Path(source).name)
             except FileNotFoundError as exc:  # deleted and swept (past the retired grace): the client retries
                 raise S3Error("ServiceUnavailable", "A cached block disappeared while being served.") from exc
@@ -137,7 +141,7 @@ class Serving(CacheBase):
     async def _serve_open(self, fd: int, start: int, end: int,
                           file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
         """Bytes ``start..end`` of an open block file; closes ``fd`` when done."""
-        reader = self.store.reader
+        reader = self.cache.store.reader
         length = end - start + 1
         try:
             if length <= INLINE_READ:
@@ -154,24 +158,24 @@ class Serving(CacheBase):
     async def acquire(self, entry: Entry, index: int) -> tuple[Any, bool]:
         """A source for block ``index``: its file path, or the Fill that is fetching it. The flag
         tells whether this call started the fetch."""
-        name = self._name(entry, index)
+        name = self.cache._name(entry, index)
         length = entry.block_length(index)
         waited_since: float | None = None
         delay = LOCK_POLL
         while True:
-            if self.store.has(name, length):
+            if self.cache.store.has(name, length):
                 if waited_since is not None:
                     metrics.singleflight_waited(time.monotonic() - waited_since)
-                return self.store.path(name), False
-            fill = self._inflight.get(name)
+                return self.cache.store.path(name), False
+            fill = self.cache._inflight.get(name)
             if fill is not None:
                 metrics.singleflight_waited(0.0)
                 return fill, False
-            if self.store.try_lock(name):
-                if self.store.has(name, length):
-                    self.store.unlock(name)
+            if self.cache.store.try_lock(name):
+                if self.cache.store.has(name, length):
+                    self.cache.store.unlock(name)
                     continue
-                return self._start_fill(entry, index, name, length, None), True
+                return self.cache.filling.start_fill(entry, index, name, length, None), True
             # Another process is fetching this block: wait for it to publish.
             if waited_since is None:
                 waited_since = time.monotonic()
