@@ -54,7 +54,7 @@ class KeyHolds:
 
     @asynccontextmanager
     async def hold(self, bucket: str, key: str, conditions: WriteConditions, lease_seconds: float,
-                           body_etag: str | None = None) -> AsyncIterator[KeyHold]:
+                   body_etag: str | None = None) -> AsyncIterator[KeyHold]:
         """Hold the key while the conditions are judged and the write commits; without
         conditions, nothing is held (unconditional writes never wait for a claim)."""
         hold = KeyHold()

@@ -97,7 +97,7 @@ class WritesService:
         try:
             self._check_size(bucket, key, received.staging.size)
             async with self.holds.hold(bucket, key, conditions, mode.claim_seconds,
-                                         received.digests.md5_hex()) as hold:
+                                       received.digests.md5_hex()) as hold:
                 if hold.repeat is not None:  # the retry of the write that made this version
                     await self._run(self.blobs.discard, received.staging)
                     return PutResult(hold.repeat, received.checksums)

@@ -104,7 +104,7 @@ def test_a_stream_begun_before_its_blocks_are_deleted_serves_the_old_bytes(tmp_p
 
     async def run() -> bytes:
         body = bytearray()
-        stream = cache._stream(entry, 0, entry.size - 1, "hit")
+        stream = cache.serving.stream(entry, 0, entry.size - 1, "hit")
         async for chunk in stream:
             body += chunk
             if len(body) == BLOCK:

@@ -21,7 +21,7 @@ from app.services.cache.recording import PendingEntry, Recording
 
 
 class Discovery:
-    """Discovering versions and writing their rows. Uses ``_start_fill`` (fill.py)."""
+    """Discovering versions and writing their rows. Starts fills through ``cache.filling``."""
 
     def __init__(self, cache: CacheBase) -> None:
         self.cache = cache
@@ -72,7 +72,7 @@ class Discovery:
             return None
         try:
             entry = self.cache.index.put_ready(rec.meta, rec.bucket, rec.block_size, rec.tenant_id, rec.pinned,
-                                         rec.started, rec.cached_bytes + block_bytes)
+                                               rec.started, rec.cached_bytes + block_bytes)
             if rec.replaced is not None:
                 self.cache._delete_blocks(rec.replaced)
         finally:
@@ -137,15 +137,16 @@ class Discovery:
                             old if old is not None and not same else None,
                             ranged=not whole and not meta.checksums and meta.size > 0)
             # A key the cache holds no row of is a newcomer: kept only if admission says so.
-            rec.refused = gate and old is None and not await self.cache._run(self.cache.admission.decide, bucket, key,
-                                                                        meta.size, policy)
+            rec.refused = gate and old is None and not await self.cache._run(
+                self.cache.admission.decide, bucket, key, meta.size, policy)
             if rec.refused:
                 self.cache.admission.remember_refused(bucket, key, meta.size)
             entry = rec.provisional()
             name = self.cache._name(entry, index)
             length = entry.block_length(index)
-            if (body is not None and length > 0 and name not in self.cache._inflight and not self.cache.store.has(name, length)
-                    and self.cache.store.try_lock(name)):
+            store = self.cache.store
+            if (body is not None and length > 0 and name not in self.cache._inflight and not store.has(name, length)
+                    and store.try_lock(name)):
                 self.cache.filling.start_fill(entry, index, name, length, body)  # it writes the row
                 handed_off = True
                 return entry

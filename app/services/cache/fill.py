@@ -192,8 +192,8 @@ class FillJob:
 
 
 class Filling:
-    """Starting fills, and the fetch thread's steps. Uses ``_settle``/``_release_discovery``
-    (discovery.py) and ``schedule_eviction`` (eviction.py) of the same ReadCache."""
+    """Starting fills, and the fetch thread's steps. Settles discoveries through
+    ``cache.discovery`` and schedules eviction through ``cache.eviction``."""
 
     def __init__(self, cache: CacheBase) -> None:
         self.cache = cache

@@ -97,7 +97,6 @@ class ReadCache(CacheBase):
         self.revalidate_all = self.revalidation.revalidate_all
         self.sweep_orphans = self.orphans.sweep_orphans
         self.acquire = self.serving.acquire
-        self._stream = self.serving.stream
 
     # ---- lookups -----------------------------------------------------------------------------
     def lookup(self, bucket: str, key: str) -> Entry | None:
@@ -159,7 +158,7 @@ class ReadCache(CacheBase):
                     return None  # read through, exactly the range asked for
                 gate = False  # admitted (and room made): the discovery keeps it
             entry = await self.discovery.discover(bucket, key, wanted.first_byte, policy, tenant_id,
-                                        whole=wanted.spec is None, gate=gate)
+                                                  whole=wanted.spec is None, gate=gate)
             if entry is None:
                 _outcome("miss", bucket, tenant_id)
                 return None

@@ -22,8 +22,8 @@ SMALL_HIT = 64 * 1024  # blocks read whole for a hit; larger ones go out as file
 
 
 class Serving:
-    """Reading blocks out: segments, the stream, and where each block's bytes are. Uses
-    ``_start_fill`` (fill.py) of the same ReadCache."""
+    """Reading blocks out: segments, the stream, and where each block's bytes are. Starts
+    fills through ``cache.filling``."""
 
     def __init__(self, cache: CacheBase) -> None:
         self.cache = cache
@@ -64,7 +64,7 @@ class Serving:
         return body, [store.reader.segment(store.file_of(name), start, len(body), store.open_file)]
 
     async def stream(self, entry: Entry, first: int, last: int, outcome: str, *,
-                      record: bool = True, file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
+                     record: bool = True, file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
         if last < first:
             return
         size = entry.block_size
@@ -132,7 +132,7 @@ class Serving:
         if not isinstance(source, int):
             try:
                 source = self.cache.store.open_block(source if isinstance(source, str) and len(source) == 64
-                                               else Path(source).name)
+                                                     else Path(source).name)
             except FileNotFoundError as exc:  # deleted and swept (past the retired grace): the client retries
                 raise S3Error("ServiceUnavailable", "A cached block disappeared while being served.") from exc
         async for chunk in self._serve_open(source, start, end, file_ranges):
