@@ -134,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    workloads = [w for w in args.workloads.split(",") if w in CHOICES]
+    workloads = [w for w in args.workloads.split(",") if w]
+    unknown = [w for w in workloads if w not in CHOICES]
+    if unknown or not workloads:
+        parser.error(f"--workloads: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(CHOICES)}")
     profile = PROFILES[args.profile]
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
