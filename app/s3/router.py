@@ -21,13 +21,13 @@ Handler = Callable[[S3Request, Gateway], Awaitable[Response]]
 # ``PUT /b?versioning`` is PutBucketVersioning, not CreateBucket, and ``PUT /b/k?renameObject`` must
 # never be read as a PutObject of an empty body. The ones no route takes answer NotImplemented.
 SUBRESOURCES = frozenset({
-    "abac", "accelerate", "acl", "analytics", "annotation", "attributes", "cors", "delete", "encryption",
-    "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "list-type", "location", "logging",
-    "metadataAnnotationTable", "metadataConfiguration", "metadataInventoryTable", "metadataJournalTable",
-    "metadataTable", "metrics", "notification", "object-lock", "ownershipControls", "policy", "policyStatus",
-    "publicAccessBlock", "renameObject", "replication", "requestPayment", "restore", "retention", "select",
-    "select-type", "session", "tagging", "torrent", "uploads", "versioning", "versions", "website",
-    "uploadId", "partNumber",
+    "abac", "accelerate", "acl", "analytics", "annotation", "attributes", "cors", "default-storage-class",
+    "delete", "encryption", "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "list-type",
+    "location", "logging", "metadataAnnotationTable", "metadataConfiguration", "metadataInventoryTable",
+    "metadataJournalTable", "metadataTable", "metrics", "notification", "object-lock", "ownershipControls", "part",
+    "policy", "policyStatus", "publicAccessBlock", "renameObject", "replication", "requestPayment", "restore",
+    "retention", "select", "select-type", "session", "tagging", "torrent", "uploads", "versioning", "versions",
+    "website", "uploadId", "partNumber",
 })
 
 

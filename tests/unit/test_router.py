@@ -38,6 +38,10 @@ def test_every_subresource_of_the_model_is_known() -> None:
     ("GET", None, {"session": ""}, "NotImplemented"),  # was ListObjects
     ("GET", "k", {"partNumber": "1"}, "GetObject"),  # the handler answers NotImplemented itself
     ("PUT", "k", {"partNumber": "1", "uploadId": "u"}, "UploadPart"),
+    # Operations newer botocore models send: never CreateBucket, ListObjects, ListParts or GetObject.
+    ("PUT", None, {"default-storage-class": ""}, "NotImplemented"),
+    ("GET", None, {"default-storage-class": ""}, "NotImplemented"),
+    ("GET", "k", {"part": "", "uploadId": "u", "partNumber": "1"}, "NotImplemented"),
     ("GET", "k", {"versionId": "null", "response-content-type": "a/b"}, "GetObject"),
 ])
 def test_subresources_select_or_refuse(method: str, key: str | None, query: dict[str, str], expected: str) -> None:
