@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import unquote_plus, unquote_to_bytes
+from urllib.parse import unquote, unquote_to_bytes
 
 from app.domain.errors import S3Error
-from app.s3.sigv4.canonical import header_map
+from app.s3.sigv4.canonical import canonical_query_pairs, header_map
 from app.s3.sigv4.fields import QUERY_CRED_PREFIX, V2_MESSAGE, header_error, parse_credential, query_error
 from app.s3.sigv4.values import ALGORITHM, RequestParts
 
@@ -57,6 +57,9 @@ class Credential:
     date: str = ""  # SigV4 credential scope: YYYYMMDD and region
     region: str = ""
     pinned_sha256: str | None = None  # SigV4 query: X-Amz-Content-Sha256 given in the query
+    # The query's canonical (name, value) pairs, sorted: the one parse of the query that found
+    # these fields, which the SigV4 verifier signs over (None: not parsed, as for SigV2).
+    query_pairs: list[tuple[str, str]] | None = None
 
     @property
     def sigv2(self) -> bool:
@@ -68,41 +71,46 @@ def read_credential(req: RequestParts) -> Credential | None:
     answers for a malformed, repeated or ambiguous one."""
     headers = req.by_name if req.by_name is not None else header_map(req.headers)
     auth = headers.get(b"authorization")
-    params = _auth_params(req.query_string)
+    pairs = canonical_query_pairs(req.query_string)
+    params = _auth_params(pairs)
     v4 = bool(params.keys() & V4_MARKERS)
     v2 = "AWSAccessKeyId" in params
     if auth is not None:
         if v4 or v2:
             raise S3Error("InvalidArgument", ONLY_ONE, ArgumentName="Authorization")
-        return _from_header(auth)
+        return _from_header(auth, pairs)
     if v4 and v2:
         raise S3Error("InvalidArgument", ONLY_ONE, ArgumentName="X-Amz-Algorithm")
     if v4:
-        return _from_v4_query(params)
+        return _from_v4_query(params, pairs)
     if v2:
-        return _from_v2_query(params)
+        return _from_v2_query(_raw_v2_params(req.query_string))
     return None
 
 
-def _auth_params(qs: bytes) -> dict[str, bytes]:
-    """The query's auth parameters by their canonical name (raw values), each given once and
-    spelled as S3 spells it; every other parameter is no business of authentication."""
-    found: dict[str, list[tuple[str, bytes]]] = {}
-    if not qs or not any(marker in qs.lower() for marker in (b"x-amz-", b"awsaccesskeyid", b"%")):
-        return {}
-    segments = [segment.partition(b"=") for segment in qs.split(b"&") if segment]
-    names = [unquote_plus(raw.decode("latin-1")) for raw, _, _ in segments]
-    v2 = any(name.lower() == "awsaccesskeyid" for name in names)
-    for name, (_, _, value) in zip(names, segments, strict=True):
+def _auth_params(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """The query's auth parameters by their canonical name (values as the canonical pairs carry
+    them, AWS-encoded), each given once and spelled as S3 spells it; every other parameter is no
+    business of authentication. A name is its decoded spelling AWS-encoded, which for every auth
+    parameter (unreserved characters only) is the decoded name itself."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    v2 = False
+    for name, value in pairs:
         lower = name.lower()
-        canonical = _SPELLINGS.get(lower) or (_V2_SPELLINGS.get(lower) if v2 else None)
-        if canonical is None and lower == PINNED_HASH:
-            canonical = name  # any spelling, but only one of them
-            lower = PINNED_HASH
-        if canonical is not None:
-            found.setdefault(lower, []).append((name, value))
-    params: dict[str, bytes] = {}
+        canonical = _SPELLINGS.get(lower)
+        if canonical is None:
+            if lower in _V2_SPELLINGS:
+                canonical = name
+            elif lower == PINNED_HASH:
+                canonical = name  # any spelling, but only one of them
+            else:
+                continue
+        v2 = v2 or lower == "awsaccesskeyid"
+        found.setdefault(lower, []).append((name, value))
+    params: dict[str, str] = {}
     for lower, given in found.items():
+        if lower in _V2_SPELLINGS and not v2:
+            continue  # Signature and Expires are auth parameters only beside AWSAccessKeyId
         if len(given) > 1:
             raise query_error(f"{given[0][0]} was given more than once.")
         name, value = given[0]
@@ -113,7 +121,23 @@ def _auth_params(qs: bytes) -> dict[str, bytes]:
     return params
 
 
-def _from_header(auth: list[bytes]) -> Credential:
+def _decoded(value: str) -> str:
+    """A canonical pair's value as the client meant it (most presigned values carry no escape)."""
+    return unquote(value) if "%" in value else value
+
+
+def _raw_v2_params(qs: bytes) -> dict[str, bytes]:
+    """SigV2's three query parameters, raw (SigV2 does not form-decode: a raw '+' stays a plus)."""
+    raw: dict[str, bytes] = {}
+    for segment in qs.split(b"&"):
+        name, _, value = segment.partition(b"=")
+        text = unquote(name.decode("latin-1").replace("+", " "))
+        if text in V2_QUERY_PARAMS:
+            raw.setdefault(text, value)
+    return raw
+
+
+def _from_header(auth: list[bytes], pairs: list[tuple[str, str]]) -> Credential:
     if len(auth) != 1:
         raise header_error("more than one Authorization header was sent.")
     scheme, _, rest = auth[0].decode("latin-1").strip().partition(" ")
@@ -135,7 +159,7 @@ def _from_header(auth: list[bytes]) -> Credential:
             "the authorization header requires three components: Credential, SignedHeaders, and Signature."
         )
     access_key, cred_date, region = parse_credential(fields["Credential"], header_error)
-    return Credential(HEADER_V4, access_key, fields["Signature"], fields, cred_date, region)
+    return Credential(HEADER_V4, access_key, fields["Signature"], fields, cred_date, region, query_pairs=pairs)
 
 
 def _from_v2_header(credential: str) -> Credential:
@@ -146,8 +170,8 @@ def _from_v2_header(credential: str) -> Credential:
     return Credential(HEADER_V2, access_key, signature, {})
 
 
-def _from_v4_query(raw: dict[str, bytes]) -> Credential:
-    params = {name: unquote_plus(raw[name].decode("latin-1")) for name in V4_QUERY_PARAMS if name in raw}
+def _from_v4_query(raw: dict[str, str], pairs: list[tuple[str, str]]) -> Credential:
+    params = {name: _decoded(raw[name]) for name in V4_QUERY_PARAMS if name in raw}
     if len(params) != len(V4_QUERY_PARAMS):
         raise query_error(
             "Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
@@ -159,7 +183,7 @@ def _from_v4_query(raw: dict[str, bytes]) -> Credential:
         params["X-Amz-Credential"], lambda detail: query_error(QUERY_CRED_PREFIX + detail))
     pinned = raw.get(PINNED_HASH)
     return Credential(QUERY_V4, access_key, params["X-Amz-Signature"], params, cred_date, region,
-                      unquote_plus(pinned.decode("latin-1")) if pinned is not None else None)
+                      _decoded(pinned) if pinned is not None else None, pairs)
 
 
 def _from_v2_query(raw: dict[str, bytes]) -> Credential:

@@ -29,7 +29,8 @@ def verify_header(req: RequestParts, headers: dict[bytes, list[bytes]], credenti
     check_skew(amz_date, ts)
     payload = _header_payload_hash(headers)
     signer, scope = signer_for(access_key, cred_date, region)
-    query = "&".join([f"{n}={v}" for n, v in canonical_query_pairs(req.query_string)])
+    pairs = credential.query_pairs
+    query = "&".join([f"{n}={v}" for n, v in (canonical_query_pairs(req.query_string) if pairs is None else pairs)])
     failure = check_signature(
         req, headers, signed, signed_names, query, payload, amz_date, scope, signer, signature
     )

@@ -64,7 +64,9 @@ class SigV4Verifier:
         signer_for = self._signer_with(credential.access_key, secret)
         if credential.form == HEADER_V4:
             return verify_header(req, headers, credential, signer_for, self._check_skew)
-        return verify_presigned(req, headers, canonical_query_pairs(req.query_string), credential, signer_for,
+        pairs = credential.query_pairs
+        return verify_presigned(req, headers, canonical_query_pairs(req.query_string) if pairs is None else pairs,
+                                credential, signer_for,
                                 self._clock, self._max_skew)
 
     def _check_skew(self, amz_date: str, ts: float) -> None:
