@@ -12,27 +12,27 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from app.adapters.blobstore import BlobStore
-from app.adapters.cachestore import CacheStore
-from app.adapters.catalog.cache_index import CacheIndex
-from app.adapters.catalog.cache_usage import CacheUsageQueries
+from app.adapters.catalog.cache.index import CacheIndex
+from app.adapters.catalog.cache.usage import CacheUsageQueries
+from app.adapters.catalog.control.nodes import NodeDirectory
+from app.adapters.catalog.control.owners import OwnerRepo
+from app.adapters.catalog.control.policies import PolicyRepo
+from app.adapters.catalog.control.remotes import RemoteRepo
+from app.adapters.catalog.control.staging import StagingRepo
+from app.adapters.catalog.control.tenants import TenantRepo
+from app.adapters.catalog.control.tokens import TokenRepo
 from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.journal import Journal
-from app.adapters.catalog.journal_queries import JournalQueries
-from app.adapters.catalog.nodes import NodeDirectory
-from app.adapters.catalog.owners import OwnerRepo
-from app.adapters.catalog.part_claims import PartClaims
-from app.adapters.catalog.policies import PolicyRepo
-from app.adapters.catalog.remote_uploads import OwnedRemoteUploads
-from app.adapters.catalog.remotes import RemoteRepo
-from app.adapters.catalog.replicas import ReplicaRepo
+from app.adapters.catalog.journal.journal import Journal
+from app.adapters.catalog.journal.queries import JournalQueries
+from app.adapters.catalog.journal.replicas import ReplicaRepo
 from app.adapters.catalog.repo import Catalog
-from app.adapters.catalog.staging import StagingRepo
 from app.adapters.catalog.stats import CatalogStats
-from app.adapters.catalog.tenants import TenantRepo
-from app.adapters.catalog.tokens import TokenRepo
+from app.adapters.catalog.uploads.part_claims import PartClaims
+from app.adapters.catalog.uploads.remote_uploads import OwnedRemoteUploads
+from app.adapters.local.blobstore import BlobStore
+from app.adapters.local.cachestore import CacheStore
 from app.adapters.remote import RemoteConfig, RemoteStore
-from app.adapters.remote_router import RemoteRouter
+from app.adapters.remote.router import RemoteRouter
 from app.config import Settings
 from app.domain.policy import Policy, PolicyRule
 from app.domain.profiles import profile_named
@@ -41,24 +41,24 @@ from app.fleet.membership import Membership
 from app.fleet.peer_client import PeerBlockSource
 from app.fleet.peer_server import PeerServer
 from app.schedule import chore_intervals
-from app.services.background import AckGate
-from app.services.budget import DiskReserve, WriteBudget
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
-from app.services.chores import ChoreLoop, ChoreParts, Scope
+from app.services.control.chores import ChoreLoop, ChoreParts, Scope
+from app.services.control.policies import PolicyBook
+from app.services.control.probes import RemoteChecks
+from app.services.control.staging import CeleryStagingExecutor, EmbeddedStagingExecutor, StagingParts, StagingService
+from app.services.control.tenancy import Tenancy
 from app.services.core import GatewayCore
-from app.services.destage import Destager
-from app.services.durability import Durability
-from app.services.executor import CeleryExecutor, EmbeddedExecutor
+from app.services.destage.background import AckGate
+from app.services.destage.destager import Destager
+from app.services.destage.durability import Durability
+from app.services.destage.executor import CeleryExecutor, EmbeddedExecutor
+from app.services.destage.remote_uploads import RemoteUploadSweep
+from app.services.destage.replicas import ReplicaKeeper
 from app.services.gateway import Gateway
-from app.services.partcopies import PartCopies
-from app.services.policies import PolicyBook
-from app.services.probes import RemoteChecks
-from app.services.remote_uploads import RemoteUploadSweep
-from app.services.replicas import ReplicaKeeper
-from app.services.staging import CeleryStagingExecutor, EmbeddedStagingExecutor, StagingParts, StagingService
-from app.services.tenancy import Tenancy
-from app.services.upload_expiry import UploadExpiry
+from app.services.multipart.expiry import UploadExpiry
+from app.services.multipart.part_copies import PartCopies
+from app.services.writes.budget import DiskReserve, WriteBudget
 
 log = logging.getLogger("ferry")
 

@@ -13,7 +13,7 @@ from app import __version__
 from app.config import ConfigError, Settings, load_settings, redact_url
 
 if TYPE_CHECKING:
-    from app.adapters.catalog.nodes import NodeRegistry
+    from app.adapters.catalog.control.nodes import NodeRegistry
 
 cli = typer.Typer(help="Ferry: a write-accelerating S3 gateway.", no_args_is_help=True)
 db_cli = typer.Typer(help="Catalog database.", no_args_is_help=True)
@@ -55,8 +55,8 @@ _OWNER: list[object] = []  # the data dir lock, held until the process exits
 
 
 def _own_data_dir(data_dir: Path) -> None:
-    """Take the data dir's owner lock (app/adapters/datadir.py) or exit 1 naming its holder."""
-    from app.adapters.datadir import DataDirBusy, DataDirLock
+    """Take the data dir's owner lock (app/adapters/local/datadir.py) or exit 1 naming its holder."""
+    from app.adapters.local.datadir import DataDirBusy, DataDirLock
 
     try:
         _OWNER.append(DataDirLock(data_dir).acquire())
@@ -174,10 +174,10 @@ def _recover(settings: Settings) -> None:
     """Crash recovery, once, under the data dir's lock, before any worker serves: bodies that
     never completed are garbage, and so are blobs stored by a write whose row never committed.
     (Committed dirty writes need nothing here: the sweeper finds them in the journal.)"""
-    from app.adapters.blobstore import BlobStore
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.journal.journal import Journal
     from app.adapters.catalog.repo import Catalog
+    from app.adapters.local.blobstore import BlobStore
 
     engine = make_engine(settings.effective_database_url, pool_size=1)
     try:
@@ -196,9 +196,9 @@ def _register_node(settings: Settings) -> NodeRegistry:
     """Claim the node id in the catalog (refusing a live duplicate) and keep its heartbeat."""
     import threading
 
+    from app.adapters.catalog.control.nodes import NodeIdInUse, NodeRegistry
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.nodes import NodeIdInUse, NodeRegistry
-    from app.adapters.datadir import data_dir_id
+    from app.adapters.local.datadir import data_dir_id
 
     registry = NodeRegistry(make_engine(settings.effective_database_url, pool_size=1), settings.node_id,
                             __version__, data_dir_id(settings.data_dir), settings.fleet_address)

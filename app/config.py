@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     multipart_concurrency: int = Field(8, ge=1, le=64)
     multipart_threshold: int = Field(64 * 1024 * 1024, ge=5 * 1024 * 1024)
     eager_part_copy: bool = Field(True, description="Copy multipart parts to the remote as they arrive.")
-    # Eager part copies give way to acknowledgements (services/copy_admission.py): while a write is
+    # Eager part copies give way to acknowledgements (services/multipart/copy_admission.py): while a write is
     # being acknowledged at most this many copies run (0: none); once none is, or once the parts
     # waiting for their copy exceed eager_copy_backlog_mib (0: always, the old eager behaviour),
     # up to multipart_concurrency run. bench/analysis.md measures the trade (ack vs remote-holds).
@@ -183,12 +183,12 @@ class Settings(BaseSettings):
     destage_workers: int = Field(4, ge=1, le=256)
     # Background work (destage, part copies ahead) yields to acknowledgements: it waits up to
     # this long for no write to be in flight before it starts (0: never waits), and runs in
-    # threads this much nicer than the process (0: same priority). See services/background.py.
+    # threads this much nicer than the process (0: same priority). See services/destage/background.py.
     destage_yield_seconds: float = Field(0.05, ge=0, le=5)
     # A destage also waits until no write has been answered for destage_settle_seconds (a
     # sequential client's next write arrives a client turn after the last answer), at most
     # destage_settle_max_seconds after it was queued: the remote holds a write that much later
-    # while writes keep arriving (0: no settling). See services/background.py.
+    # while writes keep arriving (0: no settling). See services/destage/background.py.
     destage_settle_seconds: float = Field(0.02, ge=0, le=1)
     destage_settle_max_seconds: float = Field(1.0, ge=0, le=10)
     background_nice: int = Field(10, ge=0, le=19)

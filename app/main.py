@@ -120,7 +120,7 @@ def create_app(settings: Settings | None = None) -> FerryApp:
     import multiprocessing
 
     if multiprocessing.parent_process() is not None:  # a worker of `ferry serve --workers N`
-        from app.adapters.datadir import die_with_parent
+        from app.adapters.local.datadir import die_with_parent
 
         die_with_parent()  # the owner's lock dies with it; its workers must too
     return FerryApp(build(settings or get_settings()))

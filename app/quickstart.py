@@ -185,7 +185,7 @@ def _raise_stopped(signum: int, _frame: object) -> None:
 
 
 def run(data_dir: Path, port: int, remote_port: int) -> None:
-    from app.adapters.datadir import DataDirBusy, DataDirLock
+    from app.adapters.local.datadir import DataDirBusy, DataDirLock
 
     data_dir = data_dir.resolve()
     try:  # one quickstart per directory (its gateway then owns data_dir/gateway the same way)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from app.config import Settings
-from app.services.chores import Intervals
+from app.services.control.chores import Intervals
 
 RESEND_AFTER = 3.0  # seconds before the sweep sends a queued row's destage to Celery again
 

@@ -30,7 +30,7 @@ from kombu import Queue
 from app.broker_transport import TRANSPORT
 from app.config import Settings, get_settings
 from app.schedule import chore_intervals
-from app.services.chores import CHORES
+from app.services.control.chores import CHORES
 
 SHARED_QUEUE = "ferry.shared"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from app.bootstrap import Container, build
 from app.config import get_settings
-from app.services.chores import CHORES, Chore, run_chore
-from app.services.staging import run_staging_job
+from app.services.control.chores import CHORES, Chore, run_chore
+from app.services.control.staging import run_staging_job
 from workers import heartbeat
 from workers.celery_app import app
 

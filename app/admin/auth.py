@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Path, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.adapters.catalog.tokens import TOKEN_PREFIX, TokenInfo
+from app.adapters.catalog.control.tokens import TOKEN_PREFIX, TokenInfo
 from app.admin.common import Model, Name, Out, run
 from app.bootstrap import Container
 

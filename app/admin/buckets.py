@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from app.adapters.catalog.owners import OwnerInfo
+from app.adapters.catalog.control.owners import OwnerInfo
 from app.admin.auth import Authenticator, Principal
 from app.admin.common import BUCKET_PATTERN, NAME_PATTERN, Model, Name, Out, run
 from app.bootstrap import Container

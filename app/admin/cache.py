@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field
 
-from app.adapters.catalog.cache_usage import CacheUsage
+from app.adapters.catalog.cache.usage import CacheUsage
 from app.admin.auth import Authenticator, Principal
 from app.admin.common import BucketName, Counted, Model, Out, Prefix, Text, run
 from app.bootstrap import Container

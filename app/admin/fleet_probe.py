@@ -15,7 +15,7 @@ import httpx
 from app.bootstrap import Container
 from app.fleet import auth
 from app.fleet.wire import PING_PATH
-from app.services.probes import CheckResult, bounded
+from app.services.control.probes import CheckResult, bounded
 
 
 def _ping(client: httpx.Client, secret: str, node_id: str, address: str) -> str | None:

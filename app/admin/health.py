@@ -26,7 +26,7 @@ from app.admin.auth import Authenticator, bearer
 from app.admin.common import Out
 from app.bootstrap import Container
 from app.fleet import worker_heartbeat
-from app.services.probes import CheckResult, bounded, check_broker, check_catalog, check_disk, check_remote
+from app.services.control.probes import CheckResult, bounded, check_broker, check_catalog, check_disk, check_remote
 
 
 class CheckOut(Out):

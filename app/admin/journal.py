@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from fastapi import APIRouter, Path, Query
 
-from app.adapters.catalog.journal_queries import DIRTY_VALUES, JournalEntry, age_seconds
+from app.adapters.catalog.journal.queries import DIRTY_VALUES, JournalEntry, age_seconds
 from app.admin.auth import Authenticator, Principal
 from app.admin.common import Out, Prefix, Text, run
 from app.bootstrap import Container

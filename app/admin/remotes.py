@@ -1,7 +1,7 @@
 """Remotes and bucket mappings.
 
 The default remote comes from settings (``GET /admin/remote``). A mapped bucket is served from
-its registered remote (``adapters/remote_router.py``). A change answers once every process is
+its registered remote (``adapters/remote/router.py``). A change answers once every process is
 sure to route by it (about FERRY_REMOTE_REFRESH_SECONDS after its commit), so a mapping or a
 rotated key needs no restart, and no request sent after the answer goes by the old table.
 """
@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import AfterValidator, Field, StringConstraints
 
-from app.adapters.catalog.remotes import MappingInfo, RemoteInfo, RemoteRepo
+from app.adapters.catalog.control.remotes import MappingInfo, RemoteInfo, RemoteRepo
 from app.admin.auth import Authenticator
 from app.admin.common import BUCKET_PATTERN, BucketName, Model, Name, Out, Text, run
 from app.bootstrap import Container
-from app.services.probes import CheckResult
+from app.services.control.probes import CheckResult
 
 
 def _endpoint(value: str) -> str:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from app.adapters.catalog.tenants import KeyInfo, TenantInfo, TenantRepo
+from app.adapters.catalog.control.tenants import KeyInfo, TenantInfo, TenantRepo
 from app.admin.auth import Authenticator
 from app.admin.common import ACCESS_KEY_PATTERN, NAME_PATTERN, AccessKey, ByteCount, Model, Name, Out, run
 from app.bootstrap import Container

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.adapters.datadir import LOCK_NAME
+from app.adapters.local.datadir import LOCK_NAME
 from app.config import Settings
 from app.disk_room import held_bytes
 from app.doctor import Finding

@@ -75,8 +75,8 @@ def check_s3_keys(settings: Settings, timeout: float) -> Iterator[Finding]:
     if settings.access_key:
         yield Finding("ok", "s3 keys", f"bootstrap key {settings.access_key} (FERRY_ACCESS_KEY)")
         return
+    from app.adapters.catalog.control.tenants import TenantRepo
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.tenants import TenantRepo
 
     engine = make_engine(settings.effective_database_url, pool_size=1)
     try:
@@ -127,8 +127,8 @@ def remote_configs(settings: Settings, timeout: float) -> list[tuple[str, Remote
 
     configs = [("default", short(remote_config(settings)))]
     try:
+        from app.adapters.catalog.control.remotes import RemoteRepo
         from app.adapters.catalog.engine import make_engine
-        from app.adapters.catalog.remotes import RemoteRepo
 
         engine = make_engine(settings.effective_database_url, pool_size=1)
         try:

@@ -2,7 +2,7 @@
 
 A block's file name is a hash of (bucket, key, ETag, block size, block index): no request input
 becomes a path, and a changed object never reuses an old block. The services compute names; the
-block store (``adapters/cachestore.py``) keeps the files under them.
+block store (``adapters/local/cachestore.py``) keeps the files under them.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 
 Workers change a row with a compare-and-swap on (state, generation); ``ALLOWED`` is the only
 place that says which moves are legal. Every write of a row's state, bulk moves included, goes
-through ``adapters.catalog.journal_moves.move_rows``, which raises ``IllegalTransition`` for any
+through ``adapters.catalog.journal.moves.move_rows``, which raises ``IllegalTransition`` for any
 other move before a statement runs. Staying in a state is not a move: an update that keeps the
 state (a lease renewal, "due now") does not write ``state`` at all.
 """

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 
-from app.adapters.catalog.nodes import LiveNode, NodeDirectory
+from app.adapters.catalog.control.nodes import LiveNode, NodeDirectory
 from app.domain.ownership import block_key, owner, score
 
 log = logging.getLogger("ferry.fleet")

@@ -26,7 +26,7 @@ from urllib.parse import urlencode
 import urllib3
 
 from app import metrics
-from app.adapters.catalog.nodes import LiveNode
+from app.adapters.catalog.control.nodes import LiveNode
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
 from app.domain.ranges import RangeRequest

@@ -34,7 +34,7 @@ from app.fleet.peer_client import SERVING_PEER
 from app.fleet.wire import BLOCK_PATH, META, PING_PATH, encode_meta
 from app.server.zerocopy import EXTENSION as ZEROCOPY
 from app.services.cache import ReadCache
-from app.services.policies import PolicyBook
+from app.services.control.policies import PolicyBook
 
 log = logging.getLogger("ferry.fleet")
 Scope = MutableMapping[str, Any]

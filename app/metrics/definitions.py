@@ -94,7 +94,7 @@ def revalidated(result: str) -> None:
     REVALIDATIONS.labels(result).inc()
 
 
-# Sizing (app/services/sizing.py): the miss-ratio curve at the budget, and what the cache measured
+# Sizing (app/services/cache/sizing.py): the miss-ratio curve at the budget, and what the cache measured
 # on the same reads, per bucket. Each serving process keeps its own curves and sets its own values
 # every 30 s ("liveall": one series per live worker, a ``pid`` label in multiprocess mode).
 CACHE_PREDICTED_HIT_RATIO = Gauge("ferry_cache_predicted_hit_ratio",
@@ -136,7 +136,7 @@ HTTP_IN_FLIGHT = Gauge("ferry_http_requests_in_flight", "S3 requests being serve
 UNKNOWN_OPERATION = "Unknown"  # the request was not understood far enough to name its operation
 
 
-# ---- destage (app/services/destage.py) ----------------------------------------------------------
+# ---- destage (app/services/destage/destager.py) ----------------------------------------------------------
 
 DESTAGE_ATTEMPTS = Counter("ferry_destage_attempts_total",
                            "Destage runs of a claimed journal row, by outcome "
@@ -207,7 +207,7 @@ def instrument_boto_client(client: Any) -> None:
 
 
 def remote_call_done(operation: str, outcome: str, started: float | None, retries: int = 0) -> None:
-    """One remote call's figures, from botocore's events or from the lean GET (``remote_get``)."""
+    """One remote call's figures, from botocore's events or from the lean GET (``adapters.remote.get``)."""
     REMOTE_REQUESTS.labels(operation, outcome).inc()
     if started is not None:
         REMOTE_DURATION.labels(operation).observe(time.perf_counter() - started)

@@ -27,8 +27,8 @@ from app.s3.router import Route, resolve
 from app.s3.sigv2 import SigV2Verifier
 from app.s3.sigv4 import RequestParts, SigV4Verifier
 from app.s3.sigv4.credential import read_credential
-from app.services.budget import CURRENT_TENANT
 from app.services.gateway import Gateway
+from app.services.writes.budget import CURRENT_TENANT
 
 log = logging.getLogger("ferry.s3")
 access_log = logging.getLogger("ferry.access")  # one line per request at DEBUG (FERRY_LOG_LEVEL=debug)

@@ -13,7 +13,7 @@ from app.domain.objects import (
 )
 from app.domain.uploads import UploadNotOpen
 from app.services.core import GatewayCore
-from app.services.eager_open import settled_remote_upload
+from app.services.multipart.eager_open import settled_remote_upload
 
 log = logging.getLogger("ferry.buckets")
 

@@ -24,7 +24,6 @@ from app.domain.expires import validate_expires
 from app.domain.names import validate_key, validate_object_size
 from app.domain.policy import Policy
 from app.domain.versions import BlobRef, Replica
-from app.services.background import AckGate, BackgroundThreads
 from app.services.bodies import (
     INLINE_BODY,
     WRITE_CHUNK,
@@ -33,18 +32,19 @@ from app.services.bodies import (
     PayloadCheck,
     ReceivedBody,
 )
-from app.services.budget import DiskReserve, WriteBudget, slow_down
 from app.services.cache import ReadCache
-from app.services.copy_admission import CopyAdmission
-from app.services.destage import Destager
-from app.services.executor import Executor
-from app.services.partcopies import PartCopies
-from app.services.parts_ahead import PartsAhead
-from app.services.policies import PolicyBook
+from app.services.control.policies import PolicyBook
+from app.services.control.tenancy import Tenancy
+from app.services.destage.background import AckGate, BackgroundThreads
+from app.services.destage.destager import Destager
+from app.services.destage.executor import Executor
+from app.services.multipart.copy_admission import CopyAdmission
+from app.services.multipart.part_copies import PartCopies
+from app.services.multipart.parts_ahead import PartsAhead
 from app.services.ports import BlobPort, JournalPort, PeerVersions, RemotePort, StagedBody, UploadsPort
-from app.services.tenancy import Tenancy
-from app.services.write_admission import KnownBuckets, WriteAdmission
-from app.services.writemode import WriteBack, WriteMode, WriteThrough
+from app.services.writes.admission import KnownBuckets, WriteAdmission
+from app.services.writes.budget import DiskReserve, WriteBudget, slow_down
+from app.services.writes.modes import WriteBack, WriteMode, WriteThrough
 
 T = TypeVar("T")
 log = logging.getLogger("ferry.gateway")
@@ -85,7 +85,7 @@ class GatewayCore:
         self.inline_lookups = inline_lookups
         self.part_copies = part_copies or PartCopies()
         # Writes being acknowledged, which destage and part copies ahead (in threads of lower
-        # priority) give way to: see services/background.py.
+        # priority) give way to: see services/destage/background.py.
         self.acks = acks or AckGate(max_wait=0)
         self.parts_ahead = PartsAhead(
             catalog, blobs, remote, self.part_copies,

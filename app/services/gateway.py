@@ -1,11 +1,11 @@
 """The gateway facade: the S3 edge calls one object; each capability lives in its own module.
 
 - ``buckets``: create, head, delete, list buckets (``app/services/buckets.py``)
-- ``listing``: the merged listing (``app/services/listing.py``)
-- ``reads``: lookup, read-your-writes, cache read, remote read (``app/services/reads.py``)
-- ``writes``: put, copy, delete into the journal or the remote (``app/services/writes.py``)
-- ``multipart``: uploads, parts, Complete (``app/services/multipart.py``)
-- ``conditional``: the per-key claim of a conditional write (``app/services/conditional.py``)
+- ``listing``: the merged listing (``app/services/reads/listing.py``)
+- ``reads``: lookup, read-your-writes, cache read, remote read (``app/services/reads/service.py``)
+- ``writes``: put, copy, delete into the journal or the remote (``app/services/writes/service.py``)
+- ``multipart``: uploads, parts, Complete (``app/services/multipart/service.py``)
+- ``conditional``: the per-key claim of a conditional write (``app/services/writes/key_holds.py``)
 - ``core``: what they share: collaborators, write mode, backpressure, body receipt (``app/services/core.py``)
 """
 
@@ -21,12 +21,12 @@ from app.services.bodies import (  # noqa: F401 - re-exported for the S3 edge
     multipart_etag,
 )
 from app.services.buckets import BucketsService
-from app.services.conditional import KeyHolds
 from app.services.core import GatewayCore
-from app.services.listing import ListingService, listing_start, merge_listing  # noqa: F401
-from app.services.multipart import MultipartService, composite_checksum  # noqa: F401
-from app.services.reads import ReadsService
-from app.services.writes import WritesService
+from app.services.multipart.service import MultipartService, composite_checksum  # noqa: F401
+from app.services.reads.listing import ListingService, listing_start, merge_listing  # noqa: F401
+from app.services.reads.service import ReadsService
+from app.services.writes.key_holds import KeyHolds
+from app.services.writes.service import WritesService
 
 
 class Gateway:

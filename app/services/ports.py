@@ -1,7 +1,7 @@
 """What the services need from the outside world, as small Protocols.
 
-The adapters (``adapters/remote/``, ``adapters/catalog/journal.py``, ``adapters/catalog/repo.py``,
-``adapters/blobstore.py``, ``adapters/catalog/cache_index.py``, ``adapters/cachestore.py``) satisfy
+The adapters (``adapters/remote/``, ``adapters/catalog/journal/journal.py``, ``adapters/catalog/repo.py``,
+``adapters/local/blobstore.py``, ``adapters/catalog/cache/index.py``, ``adapters/local/cachestore.py``) satisfy
 them structurally; ``tests/fakes`` implements the remote one in
 memory, so the write, read, listing, destage and cache services run in unit tests without
 SeaweedFS. ``BlockSource`` is the read cache's one seam for where a block's bytes come from.
@@ -81,7 +81,7 @@ class RemotePort(RemoteBuckets, RemoteObjects, RemoteMultipart, Protocol):
 
 @runtime_checkable
 class RoutedRemote(Protocol):
-    """A remote that routes buckets to several remotes (``adapters/remote_router.py``)."""
+    """A remote that routes buckets to several remotes (``adapters/remote/router.py``)."""
 
     def pinned(self, bucket: str, fresh: bool = False) -> tuple[RemotePort, RouteStamp | None]: ...
 

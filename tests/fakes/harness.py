@@ -10,26 +10,26 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.adapters.blobstore import BlobStore
-from app.adapters.cachestore import CacheStore
-from app.adapters.catalog.cache_index import CacheIndex
+from app.adapters.catalog.cache.index import CacheIndex
+from app.adapters.catalog.control.owners import OwnerRepo
+from app.adapters.catalog.control.policies import PolicyRepo
 from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.journal import Journal
+from app.adapters.catalog.journal.journal import Journal
 from app.adapters.catalog.migrate import upgrade
-from app.adapters.catalog.owners import OwnerRepo
-from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.repo import Catalog
+from app.adapters.local.blobstore import BlobStore
+from app.adapters.local.cachestore import CacheStore
 from app.domain.policy import Policy
 from app.services.bodies import ExpectedDigests, ObjectRead, StreamBody
-from app.services.budget import DiskReserve
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
+from app.services.control.policies import PolicyBook
+from app.services.control.tenancy import Tenancy
 from app.services.core import GatewayCore
-from app.services.destage import Destager
+from app.services.destage.destager import Destager
 from app.services.gateway import Gateway
-from app.services.policies import PolicyBook
 from app.services.ports import PeerVersions
-from app.services.tenancy import Tenancy
+from app.services.writes.budget import DiskReserve
 from tests.fakes.remote import InMemoryRemote
 
 

@@ -158,7 +158,7 @@ def test_body_that_stops_mid_way_times_out(seaweed: Any, tmp_path: Path) -> None
 @pytest.fixture(params=["sqlite", "postgresql"])
 def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.journal.journal import Journal
     from app.adapters.catalog.migrate import upgrade
 
     sqlite = f"sqlite:///{tmp_path / 'ferry.db'}"

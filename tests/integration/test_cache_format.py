@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.adapters.blockformat import DATA_OFFSET
+from app.adapters.local.blockformat import DATA_OFFSET
 from app.domain.cache import block_name
 from tests.support.counting_proxy import CountingProxy
 from tests.support.gateway import GatewayProcess

@@ -153,7 +153,7 @@ def test_owner_killed_alone_takes_its_workers_with_it(seaweed: Any, tmp_path: Pa
 
 def test_quickstart_refuses_a_directory_in_use(tmp_path: Path) -> None:
     """The quickstart owns its directory the same way, before it writes or starts anything."""
-    from app.adapters.datadir import DataDirLock
+    from app.adapters.local.datadir import DataDirLock
 
     with DataDirLock(tmp_path):
         code, out, _ = run_bounded([FERRY, "quickstart", "--data-dir", str(tmp_path), "--port", str(free_port()),

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from app.adapters.blobstore import BlobStore
 from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.journal import BlobRef, Journal
+from app.adapters.catalog.journal.journal import BlobRef, Journal
 from app.adapters.catalog.migrate import upgrade
+from app.adapters.local.blobstore import BlobStore
 from app.domain.errors import S3Error
 from app.domain.states import VersionState
 from app.domain.versions import VersionDraft
-from app.services.destage import Destager
+from app.services.destage.destager import Destager
 
 
 class RefusingRemote:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.adapters.catalog.migrate import upgrade
-from app.adapters.datadir import DataDirLock
+from app.adapters.local.datadir import DataDirLock
 from tests.support.seaweed import SeaweedServer
 
 FERRY = str(Path(sys.executable).with_name("ferry"))
@@ -90,8 +90,8 @@ def test_s3_keys_the_catalog_holds_count_without_ferry_access_key(seaweed: Seawe
     """Issue 31: with the quickstart's ferry.env sourced (no FERRY_ACCESS_KEY: that is the gateway's
     own variable), the doctor warned "no bootstrap S3 key" although the catalog held the key that
     works. It asks the catalog now; the warning stays for a catalog with no enabled key."""
+    from app.adapters.catalog.control.tenants import TenantRepo
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.tenants import TenantRepo
 
     env = _env(seaweed, data_dir)
     del env["FERRY_ACCESS_KEY"], env["FERRY_SECRET_KEY"]

@@ -1,5 +1,5 @@
 """Eager part copies wait while a part's body is arriving, then every acknowledged part is copied
-(app/services/copy_admission.py; FERRY_EAGER_COPY_BUSY_LIMIT=0: none while one is arriving)."""
+(app/services/multipart/copy_admission.py; FERRY_EAGER_COPY_BUSY_LIMIT=0: none while one is arriving)."""
 
 from __future__ import annotations
 

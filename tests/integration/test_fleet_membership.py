@@ -7,9 +7,9 @@ import time
 import pytest
 from sqlalchemy import update
 
+from app.adapters.catalog.control.nodes import NodeDirectory, NodeRegistry
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
-from app.adapters.catalog.nodes import NodeDirectory, NodeRegistry
 from app.adapters.catalog.tables import Node
 from app.config import ConfigError, Settings
 from app.domain.ownership import block_key, owner

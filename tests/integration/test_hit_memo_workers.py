@@ -1,5 +1,5 @@
 """The warm hit's in-memory lookups across ``--workers 2``: each worker keeps its catalog answers
-between commits (app/adapters/catalog/hotpath.py); an overwrite or a delete through one worker
+between commits (app/adapters/catalog/cache/hotpath.py); an overwrite or a delete through one worker
 must be what the next GET through either worker sees. Every GET here opens a new connection, so
 the kernel hands them to both workers."""
 

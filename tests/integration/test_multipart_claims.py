@@ -85,7 +85,7 @@ def remote_body(seaweed: Any, bucket: str, key: str) -> bytes | None:
 
 def no_failed_rows(gw: GatewayProcess, bucket: str) -> None:
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.journal.journal import Journal
 
     journal = Journal(make_engine(f"sqlite:///{gw.data_dir / 'ferry.db'}"), "x")
     states = [r.state.value for r in journal.versions(bucket)]
@@ -212,7 +212,7 @@ def check_expiry(gw: GatewayProcess, seaweed: Any, database_url: str, node_id: s
     """An upload left open past FERRY_MULTIPART_EXPIRY: the sweeper deletes its rows, its parts'
     blobs and the remote upload the eager copies started; the buffer no longer counts it."""
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.journal.journal import Journal
 
     bucket = new_bucket(gw)
     upload_id, _ = start(gw, bucket, "abandoned.bin", [os.urandom(5 * MiB), os.urandom(100)])
@@ -267,7 +267,7 @@ def test_abandoned_uploads_expire_in_fleet_mode(seaweed: Any, tmp_path: Path, fr
 @pytest.mark.fleet
 def test_complete_on_another_node_is_refused(seaweed: Any, fresh_postgres_url: str, tmp_path: Path) -> None:
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.journal.journal import Journal
 
     node_a, node_b = f"a-{uuid.uuid4().hex[:8]}", f"b-{uuid.uuid4().hex[:8]}"
     with GatewayProcess(seaweed, tmp_path / "a", env={"FERRY_DATABASE_URL": fresh_postgres_url,

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.journal import Journal
+from app.adapters.catalog.journal.journal import Journal
 from app.adapters.catalog.migrate import upgrade
 from app.bootstrap import make_executor
 from app.config import Settings
 from app.domain.versions import VersionDraft
-from app.services.executor import EmbeddedExecutor
+from app.services.destage.executor import EmbeddedExecutor
 from tests.support.gateway import FERRY, GatewayProcess, free_port
 from tests.support.procs import run_bounded
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from app.adapters.blockformat import DATA_OFFSET
+from app.adapters.local.blockformat import DATA_OFFSET
 from tests.support.counting_proxy import CountingProxy
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
 
@@ -776,7 +776,7 @@ def test_the_sweep_deletes_only_block_files_no_entry_accounts_for(proxy: Countin
 
         assert admin_post(gw, "/admin/cache/sweep", {}) == {"entries": 0, "bytes": 0}  # all too recent
         result = admin_post(gw, "/admin/cache/sweep", {"grace_seconds": 0})
-        # Bytes on disk: the orphan block's file holds its 64-byte header (app/adapters/blockformat.py).
+        # Bytes on disk: the orphan block's file holds its 64-byte header (app/adapters/local/blockformat.py).
         assert result == {"entries": 3, "bytes": DATA_OFFSET + 300_000 + 2000}
         after = block_files(gw)
         assert set(after) == set(before) - {n for n, size in before.items() if size == DATA_OFFSET + 300_000}

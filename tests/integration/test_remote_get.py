@@ -1,4 +1,4 @@
-"""The lean GetObject (app/adapters/remote_get.py) against SeaweedFS: every answer must be what
+"""The lean GetObject (app/adapters/remote/get.py) against SeaweedFS: every answer must be what
 botocore's ``get_object`` made of the same request, success and failure alike."""
 
 from __future__ import annotations

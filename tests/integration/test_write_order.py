@@ -270,7 +270,7 @@ class StalledPuts:
 
 
 def _journal_put(journal: Any, store: Any, bucket: str, key: str, data: bytes) -> Any:
-    from app.adapters.catalog.journal import BlobRef
+    from app.adapters.catalog.journal.journal import BlobRef
 
     staging = store.open_staging()
     staging.write(data)
@@ -292,12 +292,12 @@ def _remote_store(seaweed: SeaweedServer) -> Any:
 def test_a_stalled_destage_that_resumes_never_lands_over_a_newer_version(obucket: str, seaweed: SeaweedServer,
                                                                          tmp_path: Path, existing: bool,
                                                                          stalled_op: str) -> None:
-    from app.adapters.blobstore import BlobStore
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.journal.journal import Journal
     from app.adapters.catalog.migrate import upgrade
+    from app.adapters.local.blobstore import BlobStore
     from app.domain.states import VersionState
-    from app.services.destage import Destager
+    from app.services.destage.destager import Destager
 
     url = f"sqlite:///{tmp_path / 'ferry.db'}"
     upgrade(url)
@@ -372,12 +372,12 @@ def test_a_discovery_racing_a_write_never_makes_the_old_version_ready(obucket: s
     """A read checked the journal before the write (nothing buffered), then its discovery began
     after the write's tombstone, and its GET fetched the old version from the remote. Whether it
     records its entry while the write is dirty or after the write was destaged, it must not."""
-    from app.adapters.blobstore import BlobStore
-    from app.adapters.catalog.cache_index import CacheIndex
+    from app.adapters.catalog.cache.index import CacheIndex
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.journal.journal import Journal
     from app.adapters.catalog.migrate import upgrade
-    from app.services.destage import Destager
+    from app.adapters.local.blobstore import BlobStore
+    from app.services.destage.destager import Destager
 
     url = f"sqlite:///{tmp_path / 'ferry.db'}"
     upgrade(url)

@@ -801,12 +801,12 @@ class StallingRemote:
 
 @pytest.mark.parametrize("multipart", [False, True], ids=["put", "multipart"])
 def test_a_destage_that_lost_its_lease_commits_nothing(tmp_path: Path, multipart: bool) -> None:
-    from app.adapters.blobstore import BlobStore
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.journal import BlobRef, Journal
+    from app.adapters.catalog.journal.journal import BlobRef, Journal
     from app.adapters.catalog.migrate import upgrade
+    from app.adapters.local.blobstore import BlobStore
     from app.domain.states import VersionState
-    from app.services.destage import Destager
+    from app.services.destage.destager import Destager
 
     url = f"sqlite:///{tmp_path / 'ferry.db'}"
     upgrade(url)

@@ -29,10 +29,10 @@ from tests.support.seaweed import SeaweedServer
 
 @pytest.fixture
 def journal_and_store(tmp_path: Path) -> tuple[Any, Any]:
-    from app.adapters.blobstore import BlobStore
     from app.adapters.catalog.engine import make_engine
-    from app.adapters.catalog.journal import Journal
+    from app.adapters.catalog.journal.journal import Journal
     from app.adapters.catalog.migrate import upgrade
+    from app.adapters.local.blobstore import BlobStore
 
     url = f"sqlite:///{tmp_path / 'ferry.db'}"
     upgrade(url)
@@ -58,7 +58,7 @@ def test_a_superseded_rows_upload_abort_during_an_outage_does_not_fail_the_desta
         journal_and_store: tuple[Any, Any], remote_down: Any) -> None:
     from app.adapters.catalog.tables import ObjectVersion
     from app.domain.states import VersionState
-    from app.services.destage import Destager
+    from app.services.destage.destager import Destager
 
     journal, store = journal_and_store
     older = _journal_put(journal, store, "bucket", "ckpt", b"older")
@@ -116,7 +116,7 @@ def test_the_fence_still_refuses_a_write_that_landed_meanwhile(journal_and_store
     """The fallback for a directory's 412 applies only when the key still holds no object: a
     write that landed between the HEAD and the PUT keeps the refusal (the row retries)."""
     from app.domain.errors import S3Error
-    from app.services.destage import spec_of, upload
+    from app.services.destage.destager import spec_of, upload
 
     journal, store = journal_and_store
     key = f"raced-{uuid.uuid4().hex[:8]}"
@@ -145,7 +145,7 @@ def test_a_flush_keeps_the_attempts_of_a_row_that_cannot_succeed(journal_and_sto
     """The flush retries a failed row once more; it ends FAILED again, attempts counted, error
     kept (before, the flush reset its attempts: ``flush --wait`` waited on it for ever)."""
     from app.domain.states import VersionState
-    from app.services.destage import Destager
+    from app.services.destage.destager import Destager
 
     journal, store = journal_and_store
     row = _journal_put(journal, store, f"gone-{uuid.uuid4().hex[:8]}", "k", b"never arrives")  # no such bucket

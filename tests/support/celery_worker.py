@@ -6,7 +6,7 @@
 
 It runs ``celery -A workers.celery_app worker --pool threads -c 4 -B`` from the project root, so
 it consumes the node's own queue (``ferry.<FERRY_NODE_ID>``) and the shared one (``ferry.shared``),
-and runs the node's beat (every chore of ``app/services/chores.py`` but the per-process ones).
+and runs the node's beat (every chore of ``app/services/control/chores.py`` but the per-process ones).
 """
 
 from __future__ import annotations

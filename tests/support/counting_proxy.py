@@ -9,7 +9,7 @@ of a GET body or after a write reached the remote (its answer lost), GET bodies 
 ``max_concurrent_writes`` the most writes of one key that were at the remote at once.
 
 A write of a key (``write_of_key``) is a request that the destage sends only under the key's
-lease (app/services/destage.py ``upload``), so no two may be at the remote at once: PutObject
+lease (app/services/destage/destager.py ``upload``), so no two may be at the remote at once: PutObject
 and CopyObject (PUT /bucket/key), DeleteObject (DELETE /bucket/key), CreateMultipartUpload
 (POST ?uploads), CompleteMultipartUpload (POST ?uploadId=) and AbortMultipartUpload (DELETE
 ?uploadId=). Not one: UploadPart and UploadPartCopy (PUT ?partNumber=), the parts of one upload

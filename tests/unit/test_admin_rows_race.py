@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
+from app.adapters.catalog.control.remotes import RemoteRepo
+from app.adapters.catalog.control.staging import StagingRepo
 from app.adapters.catalog.errors import Conflict
-from app.adapters.catalog.remotes import RemoteRepo
-from app.adapters.catalog.staging import StagingRepo
 from app.domain.staging import Progress
 from tests.support.commit_gaps import other_commit_in_the_gap
 

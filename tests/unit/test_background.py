@@ -1,4 +1,4 @@
-"""Background work gives way to acknowledgements (app/services/background.py), and the journal's
+"""Background work gives way to acknowledgements (app/services/destage/background.py), and the journal's
 bookkeeping commits go through their own (relaxed) engine."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.journal import BlobRef, Journal
+from app.adapters.catalog.journal.journal import BlobRef, Journal
 from app.adapters.catalog.migrate import upgrade
 from app.domain.states import VersionState
 from app.domain.versions import VersionDraft
-from app.services.background import AckGate, BackgroundThreads
+from app.services.destage.background import AckGate, BackgroundThreads
 
 
 def test_quiet_returns_at_once_when_nothing_is_acknowledged() -> None:

@@ -1,6 +1,6 @@
 """A kill -9 between a catalog commit that releases part blobs and their unlinks leaks no file:
 the blobs are named by drop intents before the commit, and the restart's recovery acts on them
-(app/adapters/blobstore.py ``intend_drop``; app/adapters/catalog/repo.py)."""
+(app/adapters/local/blobstore.py ``intend_drop``; app/adapters/catalog/repo.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from app.adapters.blobstore import DROP_AFTER, BlobStore
-from app.adapters.catalog.journal import Journal
+from app.adapters.catalog.journal.journal import Journal
 from app.adapters.catalog.repo import Catalog
+from app.adapters.local.blobstore import DROP_AFTER, BlobStore
 from app.domain.objects import PartInfo
 
 

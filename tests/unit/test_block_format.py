@@ -7,8 +7,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from app.adapters.blockformat import DATA_OFFSET, VERSION, BlockHeader, crc32, parse
-from app.adapters.cachestore import CacheStore
+from app.adapters.local.blockformat import DATA_OFFSET, VERSION, BlockHeader, crc32, parse
+from app.adapters.local.cachestore import CacheStore
 from app.services.cache.scrub import Scrub
 
 # Format version 1. Changing the layout must change VERSION and this string; never one without the other.

@@ -11,12 +11,12 @@ import time
 import pytest
 from sqlalchemy import Engine
 
-from app.adapters.catalog.owners import OwnerRepo
+from app.adapters.catalog.control.owners import OwnerRepo
+from app.adapters.catalog.control.tenants import TenantRepo
 from app.adapters.catalog.repo import Catalog
-from app.adapters.catalog.tenants import TenantRepo
 from app.domain.errors import S3Error
 from app.domain.owners import OwnerMap
-from app.services.tenancy import Tenancy
+from app.services.control.tenancy import Tenancy
 from tests.fakes.remote import InMemoryRemote
 
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import Engine
 
-from app.adapters.catalog.cache_index import CacheIndex, invalidate_key
+from app.adapters.catalog.cache.index import CacheIndex, invalidate_key
 from app.domain.objects import ObjectMeta
 from app.domain.states import CacheState
 from tests.support.commit_gaps import other_commit_in_the_gap

@@ -8,8 +8,8 @@ import os
 import time
 from pathlib import Path
 
-from app.adapters.blockformat import DATA_OFFSET
-from app.adapters.cachestore import CacheStore
+from app.adapters.local.blockformat import DATA_OFFSET
+from app.adapters.local.cachestore import CacheStore
 from app.domain.objects import FileSegment
 from app.s3.app import _open_segment
 from app.services.cache.eviction import RETIRED_LOCK

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.cachestore import CacheStore
-from app.adapters.catalog.cache_index import CacheIndex
+from app.adapters.catalog.cache.index import CacheIndex
+from app.adapters.catalog.control.policies import PolicyRepo
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
-from app.adapters.catalog.policies import PolicyRepo
+from app.adapters.local.cachestore import CacheStore
 from app.domain.cache import block_name
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
-from app.services.budget import DiskReserve
 from app.services.cache import ReadCache, orphans
 from app.services.cache.fill import RemoteBlockSource
-from app.services.policies import PolicyBook
+from app.services.control.policies import PolicyBook
+from app.services.writes.budget import DiskReserve
 from tests.fakes.remote import InMemoryRemote
 
 BLOCK = 1000

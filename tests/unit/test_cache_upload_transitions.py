@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert, select, update
 
-from app.adapters.catalog.cache_index import CacheIndex, invalidate_key, move_entries
+from app.adapters.catalog.cache.index import CacheIndex, invalidate_key, move_entries
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.repo import Catalog, move_uploads

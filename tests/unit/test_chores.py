@@ -16,27 +16,27 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.adapters.blobstore import BlobStore
-from app.adapters.blockformat import DATA_OFFSET
-from app.adapters.cachestore import CacheStore
-from app.adapters.catalog.cache_index import CacheIndex
+from app.adapters.catalog.cache.index import CacheIndex
+from app.adapters.catalog.control.policies import PolicyRepo
 from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.journal import Journal
+from app.adapters.catalog.journal.journal import Journal
 from app.adapters.catalog.migrate import upgrade
-from app.adapters.catalog.policies import PolicyRepo
 from app.adapters.catalog.repo import Catalog
+from app.adapters.local.blobstore import BlobStore
+from app.adapters.local.blockformat import DATA_OFFSET
+from app.adapters.local.cachestore import CacheStore
 from app.bootstrap import make_chores
 from app.config import Settings
 from app.domain.cache import block_name
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
-from app.services.budget import DiskReserve
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
-from app.services.chores import ChoreLoop, ChoreParts, Intervals, run_chore
-from app.services.executor import EmbeddedExecutor
-from app.services.policies import PolicyBook
-from app.services.upload_expiry import UploadExpiry
+from app.services.control.chores import ChoreLoop, ChoreParts, Intervals, run_chore
+from app.services.control.policies import PolicyBook
+from app.services.destage.executor import EmbeddedExecutor
+from app.services.multipart.expiry import UploadExpiry
+from app.services.writes.budget import DiskReserve
 from app.taskqueue import SHARED_QUEUE, beat_schedule
 from tests.fakes.harness import build
 from tests.fakes.remote import InMemoryRemote

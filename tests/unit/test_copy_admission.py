@@ -1,12 +1,12 @@
-"""Eager part copies give way to acknowledgements (app/services/copy_admission.py): they wait
+"""Eager part copies give way to acknowledgements (app/services/multipart/copy_admission.py): they wait
 while bodies are being received, start once ingest pauses, and none is ever left behind."""
 
 from __future__ import annotations
 
 import asyncio
 
-from app.services.background import AckGate
-from app.services.copy_admission import CopyAdmission
+from app.services.destage.background import AckGate
+from app.services.multipart.copy_admission import CopyAdmission
 
 MiB = 1024 * 1024
 

@@ -19,7 +19,7 @@ from sqlalchemy.exc import OperationalError
 from app.domain import fencing
 from app.domain.fencing import Lease, LeaseLost
 from app.domain.states import VersionState
-from app.services.destage import Destager
+from app.services.destage.destager import Destager
 from tests.fakes.faulty import FaultyRemote
 from tests.fakes.harness import build
 from tests.fakes.remote import InMemoryRemote

@@ -1,4 +1,4 @@
-"""The warm hit's in-memory lookups (app/adapters/catalog/hotpath.py): a repeated hit runs no
+"""The warm hit's in-memory lookups (app/adapters/catalog/cache/hotpath.py): a repeated hit runs no
 catalog query, only SQLite's change counter, and any commit by another connection (another
 ``--workers`` process, checked from a real subprocess) makes the next GET ask the catalog again.
 On the fake remote with a real SQLite catalog and block store."""
@@ -57,8 +57,8 @@ def in_other_process(tmp_path: Path, code: str) -> None:
     """Run ``code`` (with ``url``, ``make_engine``, ``CacheIndex`` and ``Journal`` at hand) in a
     separate interpreter: another worker process writing the same catalog."""
     prelude = ("import sys; from app.adapters.catalog.engine import make_engine; "
-               "from app.adapters.catalog.cache_index import CacheIndex; "
-               "from app.adapters.catalog.journal import Journal; url = sys.argv[1]; ")
+               "from app.adapters.catalog.cache.index import CacheIndex; "
+               "from app.adapters.catalog.journal.journal import Journal; url = sys.argv[1]; ")
     subprocess.run([sys.executable, "-c", prelude + code, f"sqlite:///{tmp_path / 'ferry.db'}"], check=True,
                    cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
 

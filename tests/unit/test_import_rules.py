@@ -165,5 +165,5 @@ def test_only_the_cache_store_touches_block_files() -> None:
                     and node.value.id in ("os", "mmap") and node.attr in raw_io):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value.id}.{node.attr}")
         found += [f"{path.relative_to(ROOT)} imports {name}" for name in _imports(path)
-                  if name in ("mmap", "app.adapters.blockformat")]
+                  if name in ("mmap", "app.adapters.local.blockformat")]
     assert found == []

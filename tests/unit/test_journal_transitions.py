@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import update
 
 from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.journal import BlobRef, Journal
-from app.adapters.catalog.journal_moves import move_rows
+from app.adapters.catalog.journal.journal import BlobRef, Journal
+from app.adapters.catalog.journal.moves import move_rows
 from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.tables import ObjectVersion
 from app.domain.states import ALLOWED, TERMINAL, IllegalTransition, VersionState

@@ -10,7 +10,7 @@ import time
 import pytest
 from sqlalchemy import Engine
 
-from app.adapters.catalog.key_claims import KeyClaims
+from app.adapters.catalog.journal.key_claims import KeyClaims
 from app.domain.conditions import PreviousWrite, WriteConditions
 from app.domain.errors import S3Error
 from tests.support.commit_gaps import other_commit_in_the_gap

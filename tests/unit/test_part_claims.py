@@ -9,8 +9,8 @@ import time
 
 from sqlalchemy import Engine
 
-from app.adapters.catalog.part_claims import PartClaims
-from app.services.partcopies import PartCopies
+from app.adapters.catalog.uploads.part_claims import PartClaims
+from app.services.multipart.part_copies import PartCopies
 
 
 def test_one_sender_per_part_and_a_dead_holder_runs_out(engine: Engine) -> None:

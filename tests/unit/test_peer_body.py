@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from app.adapters.catalog.nodes import LiveNode
+from app.adapters.catalog.control.nodes import LiveNode
 from app.domain.objects import ObjectMeta
 from app.fleet.peer_client import PeerBlockSource
 from app.fleet.wire import META, encode_meta

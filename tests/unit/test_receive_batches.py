@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.adapters.blobstore import BlobStore
+from app.adapters.local.blobstore import BlobStore
 from app.domain.errors import S3Error
 from app.s3.request import PayloadHash, S3Request
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import botocore.exceptions
 import pytest
 
-from app.adapters.circuit import CircuitBreaker
 from app.adapters.remote import RemoteConfig, RemoteStore
+from app.adapters.remote.circuit import CircuitBreaker
 from app.domain.errors import S3Error
 
 

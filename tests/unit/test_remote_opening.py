@@ -1,4 +1,4 @@
-"""One opener of an upload's remote multipart upload at a time (app/adapters/catalog/remote_opening.py)."""
+"""One opener of an upload's remote multipart upload at a time (app/adapters/catalog/uploads/remote_opening.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import update
 
 from app.adapters.catalog.engine import make_engine
-from app.adapters.catalog.journal import BlobRef, Journal
+from app.adapters.catalog.journal.journal import BlobRef, Journal
 from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.tables import MultipartUpload
@@ -83,8 +83,8 @@ def test_expiry_waits_for_an_opener_and_aborts_what_it_recorded(catalog: Catalog
     import threading
     from datetime import UTC, datetime, timedelta
 
-    from app.adapters.blobstore import BlobStore
-    from app.services.upload_expiry import UploadExpiry
+    from app.adapters.local.blobstore import BlobStore
+    from app.services.multipart.expiry import UploadExpiry
 
     class Remote:
         aborted: list[str] = []

@@ -13,22 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.cachestore import CacheStore
-from app.adapters.catalog.cache_index import CacheIndex
+from app.adapters.catalog.cache.index import CacheIndex
+from app.adapters.catalog.control.policies import PolicyRepo
+from app.adapters.catalog.control.remotes import RemoteRepo
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
-from app.adapters.catalog.policies import PolicyRepo
-from app.adapters.catalog.remotes import RemoteRepo
+from app.adapters.local.cachestore import CacheStore
 from app.adapters.remote import RemoteConfig
-from app.adapters.remote_router import RemoteRouter
+from app.adapters.remote.router import RemoteRouter
 from app.config import Settings
 from app.domain.errors import S3Error
 from app.domain.policy import Policy
 from app.domain.profiles import AWS, SEAWEEDFS, RemoteProfile
-from app.services.budget import DiskReserve
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
-from app.services.policies import PolicyBook
+from app.services.control.policies import PolicyBook
+from app.services.writes.budget import DiskReserve
 from app.taskqueue import destage_limits
 from tests.fakes.harness import build
 from tests.fakes.remote import InMemoryRemote

@@ -18,7 +18,7 @@ import pytest
 from app.domain.cache import block_name
 from app.domain.conditions import Conditions
 from app.domain.errors import S3Error
-from app.services.budget import DiskReserve
+from app.services.writes.budget import DiskReserve
 from tests.fakes.harness import build, fills_settled, read_all
 from tests.fakes.remote import InMemoryRemote
 

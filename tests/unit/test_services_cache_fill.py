@@ -45,7 +45,7 @@ def setup(tmp_path: Path, key: str, data: bytes) -> tuple[FaultyRemote, Services
 def lock_is_free(tmp_path: Path, name: str) -> bool:
     """Whether another process can take the cache lock ``name`` (locks belong to the process that
     holds them, so only another process can tell that this one released it)."""
-    code = ("import sys; from pathlib import Path; from app.adapters.cachestore import CacheStore; "
+    code = ("import sys; from pathlib import Path; from app.adapters.local.cachestore import CacheStore; "
             "print(CacheStore(Path(sys.argv[1])).try_lock(sys.argv[2]))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "data"), name], capture_output=True, text=True,
                          check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -12,28 +12,28 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from app.adapters.blobstore import BlobStore
-from app.adapters.cachestore import CacheStore
-from app.adapters.catalog.cache_index import CacheIndex
-from app.adapters.catalog.journal import Journal
-from app.adapters.catalog.nodes import NodeRegistry
-from app.adapters.catalog.owners import OwnerRepo
-from app.adapters.catalog.policies import PolicyRepo
-from app.adapters.catalog.replicas import ReplicaRepo
+from app.adapters.catalog.cache.index import CacheIndex
+from app.adapters.catalog.control.nodes import NodeRegistry
+from app.adapters.catalog.control.owners import OwnerRepo
+from app.adapters.catalog.control.policies import PolicyRepo
+from app.adapters.catalog.journal.journal import Journal
+from app.adapters.catalog.journal.replicas import ReplicaRepo
 from app.adapters.catalog.repo import Catalog
+from app.adapters.local.blobstore import BlobStore
+from app.adapters.local.cachestore import CacheStore
 from app.domain.errors import S3Error
 from app.domain.policy import Policy, PolicyRule
 from app.domain.ranges import RangeRequest
 from app.services.bodies import StreamBody
-from app.services.budget import DiskReserve, WriteBudget
 from app.services.cache import ReadCache
 from app.services.cache.fill import RemoteBlockSource
+from app.services.control.policies import PolicyBook
+from app.services.control.tenancy import Tenancy
 from app.services.core import GatewayCore
-from app.services.destage import Destager
+from app.services.destage.destager import Destager
+from app.services.destage.replicas import ReplicaKeeper
 from app.services.gateway import Gateway
-from app.services.policies import PolicyBook
-from app.services.replicas import ReplicaKeeper
-from app.services.tenancy import Tenancy
+from app.services.writes.budget import DiskReserve, WriteBudget
 from tests.fakes.harness import QueueExecutor, Services, build, read_all
 from tests.fakes.peers import InProcessPeers, _once
 from tests.fakes.remote import InMemoryRemote

@@ -1,5 +1,5 @@
 """Issue 28, sizing, wired in: the read cache records every object read it answers into the
-process's curves (app/services/sizing.py), the admin API answers them (tenant-scoped), the gauges
+process's curves (app/services/cache/sizing.py), the admin API answers them (tenant-scoped), the gauges
 follow, the chore is registered, and ``ferry cache sizing`` draws them."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from app.cli_admin import cache as cache_cli
 from app.config import Settings
 from app.domain.sizing import key_hash
 from app.main import control_app
-from app.services.chores import BY_NAME
-from app.services.sizing import SizingRecorder
+from app.services.cache.sizing import SizingRecorder
+from app.services.control.chores import BY_NAME
 from tests.fakes.harness import build, fills_settled
 from tests.fakes.remote import InMemoryRemote
 

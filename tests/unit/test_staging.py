@@ -11,13 +11,13 @@ from pathlib import Path
 
 from sqlalchemy import update
 
+from app.adapters.catalog.control.staging import StagingRepo
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
-from app.adapters.catalog.staging import StagingRepo
 from app.adapters.catalog.tables import StagingJob
 from app.domain.errors import S3Error
-from app.services.chores import Intervals, run_chore
-from app.services.staging import EmbeddedStagingExecutor, StagingParts, StagingService, run_staging_job
+from app.services.control.chores import Intervals, run_chore
+from app.services.control.staging import EmbeddedStagingExecutor, StagingParts, StagingService, run_staging_job
 from tests.fakes.remote import InMemoryRemote, Stored
 from tests.unit.test_chores import _parts as chore_parts
 

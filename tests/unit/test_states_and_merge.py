@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.adapters.catalog.journal import BlobRef, VersionRow
+from app.adapters.catalog.journal.journal import BlobRef, VersionRow
 from app.domain.objects import ListPage, ObjectSummary
 from app.domain.states import ALLOWED, VersionState, backoff_seconds, check_transition
 from app.services.gateway import listing_start, merge_listing

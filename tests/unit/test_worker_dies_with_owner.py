@@ -18,7 +18,7 @@ def worker(out):
     time.sleep(1.5)  # still starting (importing the app) when the owner is killed
     with open(out + ".pid", "w") as f:
         f.write(str(os.getpid()))
-    from app.adapters.datadir import die_with_parent
+    from app.adapters.local.datadir import die_with_parent
     die_with_parent()
     with open(out, "w") as f:
         f.write("still serving")

@@ -16,9 +16,9 @@ from sqlalchemy import ColumnElement, Connection, Engine, delete, or_, select, u
 from sqlalchemy.orm import Session
 
 from app.adapters.catalog.engine import Sessions, affected
-from app.adapters.catalog.key_claims import KeyClaims
-from app.adapters.catalog.remote_opening import Opening, RemoteOpenings
+from app.adapters.catalog.journal.key_claims import KeyClaims
 from app.adapters.catalog.tables import AccessKey, MultipartPart, MultipartUpload, Tenant, table
+from app.adapters.catalog.uploads.remote_opening import Opening, RemoteOpenings
 from app.domain.conditions import PreviousWrite
 from app.domain.objects import PartInfo, UploadInfo
 from app.domain.states import UPLOAD_ALLOWED, IllegalTransition, UploadState, check_move

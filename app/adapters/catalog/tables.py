@@ -84,7 +84,7 @@ class MultipartUpload(Base):
     remote_upload_id: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     node_id: Mapped[str | None] = mapped_column(String(128), nullable=True)  # whose disk holds the parts
     # Who is opening the remote upload right now (record before create): one opener per upload,
-    # until ``remote_opener_until`` (app/adapters/catalog/remote_opening.py).
+    # until ``remote_opener_until`` (app/adapters/catalog/uploads/remote_opening.py).
     remote_opener: Mapped[str | None] = mapped_column(String(64), nullable=True)
     remote_opener_until: Mapped[float | None] = mapped_column(Float, nullable=True)
     claim: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -307,7 +307,7 @@ class BucketMapping(Base):
 
 class RoutingGeneration(Base):
     """One row: a counter every change of a bucket mapping or a remote moves, in the change's
-    commit. Every process compares it with the table it routes by (``remote_router.py``)."""
+    commit. Every process compares it with the table it routes by (``adapters/remote/router.py``)."""
 
     __tablename__ = "routing_generation"
 
@@ -327,7 +327,7 @@ class BucketOwner(Base):
 
 
 class Node(Base):
-    """A serving node: registered at start, heartbeat while it serves (app/adapters/catalog/nodes.py).
+    """A serving node: registered at start, heartbeat while it serves (app/adapters/catalog/control/nodes.py).
 
     ``instance`` tells two starts of the same node id apart; a row with a recent heartbeat, another
     instance and another data dir means a live node already uses the id.
@@ -350,7 +350,7 @@ class Node(Base):
 
 
 class KeyClaim(Base):
-    """A conditional write's hold on one key (``adapters/catalog/key_claims.py``): the check of
+    """A conditional write's hold on one key (``adapters/catalog/journal/key_claims.py``): the check of
     If-Match / If-None-Match and the write happen while it is held, on every process sharing the
     catalog. Released, the row keeps the last conditional write's result so that the same request
     retried (same SDK invocation id) gets its answer again instead of 412."""
@@ -368,7 +368,7 @@ class KeyClaim(Base):
 
 
 class PartCopy(Base):
-    """A part being sent to a remote multipart upload (``adapters/catalog/part_claims.py``):
+    """A part being sent to a remote multipart upload (``adapters/catalog/uploads/part_claims.py``):
     by an eager copy or a destage, in whichever worker process; held under a lease so that a
     worker killed mid-copy gives the part back, and released (deleted) when the copy ends."""
 

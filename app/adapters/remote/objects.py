@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO, cast
 
 from app.adapters.remote.buckets import BucketOps
+from app.adapters.remote.get import LeanGetter, client_error, meta_from_headers, streaming_body
 from app.adapters.remote.wire import (
     _CHECKSUM_PARAM,
     _meta_from_response,
     object_params,
     translate_errors,
 )
-from app.adapters.remote_get import LeanGetter, client_error, meta_from_headers, streaming_body
 from app.domain.checksums import ALGORITHMS
 from app.domain.errors import S3Error
 from app.domain.objects import (

@@ -8,12 +8,12 @@ from datetime import datetime
 from typing import BinaryIO
 
 from app import metrics
-from app.adapters.circuit import CircuitBreaker
 from app.adapters.remote.buckets import BucketOps
+from app.adapters.remote.circuit import CircuitBreaker
 from app.adapters.remote.client import RemoteConfig, make_client
+from app.adapters.remote.get import LeanGetter
 from app.adapters.remote.multipart import MultipartOps
 from app.adapters.remote.objects import ObjectOps
-from app.adapters.remote_get import LeanGetter
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes
 
 

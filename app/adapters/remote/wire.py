@@ -11,7 +11,7 @@ from typing import Any
 import botocore.exceptions
 import urllib3
 
-from app.adapters.remote_get import meta_from_headers
+from app.adapters.remote.get import meta_from_headers
 from app.domain.errors import ERROR_TABLE, S3Error
 from app.domain.objects import (
     ObjectMeta,

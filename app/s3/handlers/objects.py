@@ -25,7 +25,7 @@ from app.s3.response import (
     with_overrides,
 )
 from app.services.gateway import Gateway
-from app.services.part_spans import part_bounds
+from app.services.reads.part_spans import part_bounds
 
 
 def _target(req: S3Request) -> tuple[str, str]:
@@ -124,7 +124,7 @@ async def get_object(req: S3Request, gw: Gateway) -> Response:
     if part is not None:
         span, count = await _part_span(gw, req, await gw.head_object(bucket, key, req.tenant_id), part)
         wanted = span or wanted
-    # The service judges the conditions, once, on whatever answers (app/services/reads.py).
+    # The service judges the conditions, once, on whatever answers (app/services/reads/service.py).
     read = await gw.get_object(bucket, key, wanted, req.tenant_id, conditions=conditions, file_ranges=req.zero_copy)
     headers = object_headers(read.meta)
     if part is not None:
@@ -187,7 +187,7 @@ async def copy_object(req: S3Request, gw: Gateway) -> Response:
 
 async def rename_object(req: S3Request, gw: Gateway) -> Response:
     """RenameObject (``PUT /b/k?renameObject``, source ``x-amz-rename-source: /b/old``): within
-    one bucket, atomic for every reader (services/writes.py)."""
+    one bucket, atomic for every reader (services/writes/service.py)."""
     bucket, key = _target(req)
     source = req.header("x-amz-rename-source", "")
     if not source:

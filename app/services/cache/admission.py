@@ -30,7 +30,7 @@ from app import metrics
 from app.domain.cache import Entry
 from app.domain.frequency import FrequencySketch
 from app.domain.policy import Policy
-from app.services.policies import PolicyBook
+from app.services.control.policies import PolicyBook
 from app.services.ports import CacheIndex
 
 MARGIN = 1  # a candidate must be counted more than one above each victim (bench/cachesim.py)

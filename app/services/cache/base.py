@@ -23,13 +23,13 @@ from app.domain.cache import Entry, block_name
 from app.domain.objects import ObjectSummary
 from app.domain.policy import Policy
 from app.domain.states import CacheState
-from app.services.budget import DiskReserve
 from app.services.cache.admission import FrequencyAdmission
 from app.services.cache.prefetch import Prefetcher
 from app.services.cache.scrub import Scrub
-from app.services.policies import PolicyBook
+from app.services.cache.sizing import SizingRecorder
+from app.services.control.policies import PolicyBook
 from app.services.ports import BlockSource, BlockStore, CacheIndex, RemotePort
-from app.services.sizing import SizingRecorder
+from app.services.writes.budget import DiskReserve
 
 if TYPE_CHECKING:
     from app.services.cache.discovery import Discovery

@@ -2,7 +2,7 @@
 disk's reserve (LRU by last access, pinned prefixes skipped), and the operator's evict and wipe.
 Only clean data is in the cache: eviction never touches the journal's dirty bytes, it counts them.
 The retired sweep: deleted blocks (renamed into ``cache/retired/`` for readers still walking to
-them, adapters/cachestore.py) are unlinked once their grace is over, by one process per data dir.
+them, adapters/local/cachestore.py) are unlinked once their grace is over, by one process per data dir.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 import threading
 
 from app import metrics
-from app.adapters.cachestore import RETIRED_GRACE_SECONDS
+from app.adapters.local.cachestore import RETIRED_GRACE_SECONDS
 from app.services.cache.base import CacheBase
 
 log = logging.getLogger("ferry.cache")

@@ -1,0 +1,1 @@
+"""Operator-managed rows: tenants, tokens, owners, policies, remotes, nodes, staging jobs."""

@@ -1,0 +1,1 @@
+"""The write journal (``object_versions``): appends, destage moves, views, replicas, key claims."""

@@ -1,0 +1,176 @@
+"""The journal's destage moves: a row's claim with a lease, its renewal, and the moves that end
+a destage (durable, retry, superseded), plus the repairs (expired leases, retry now).
+
+Split from ``journal.py`` (appending and reading rows); ``Journal`` inherits these. Every state
+change goes through ``move_rows`` (``moves.py``), which checks the state table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, exists, func, select, text, update
+from sqlalchemy.orm import aliased
+
+from app.adapters.catalog.cache.index import invalidate_key
+from app.adapters.catalog.control.remotes import check_route
+from app.adapters.catalog.engine import Sessions, affected
+from app.adapters.catalog.journal.moves import move_rows
+from app.adapters.catalog.tables import ObjectVersion
+from app.adapters.catalog.uploads.remote_opening import key_lock_id, opener_of_key
+from app.domain.routing import RouteStamp
+from app.domain.states import VersionState
+from app.domain.versions import VersionRow
+
+
+class DestageMoves:
+    """Needs the attributes ``Journal.__init__`` sets and its ``get``."""
+
+    node_id: str
+    takeover_grace: float
+    clock: Callable[[], float]
+    sessions: Sessions
+    bookkeeping: Sessions
+    is_postgres: bool
+
+    def get(self, seq: int) -> VersionRow | None:
+        raise NotImplementedError
+
+    def claim(self, seq: int, lease_seconds: float) -> VersionRow | None:
+        """BUFFERED -> DESTAGING with a lease, unless another row of the key holds a live lease
+        or one that ended less than the takeover grace ago (its holder may still be writing), or
+        an eager part copy is opening a remote upload of the key (``uploads/remote_opening.py``)."""
+        now = self.clock()
+        with self.bookkeeping.begin() as s:
+            row = s.get(ObjectVersion, seq)
+            if row is None or row.state != VersionState.BUFFERED.value:
+                return None
+            if self.is_postgres and row.node_id != self.node_id:
+                return None  # a shared catalog: its bytes are on another node (or it was taken over)
+            if self.is_postgres:
+                s.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": key_lock_id(row.bucket, row.key)})
+            other = aliased(ObjectVersion)
+            moved = move_rows(
+                s.connection(), [VersionState.BUFFERED], VersionState.DESTAGING,
+                ObjectVersion.seq == seq, ObjectVersion.generation == row.generation,
+                ~exists().where(other.bucket == row.bucket, other.key == row.key, other.seq != seq,
+                                other.state == VersionState.DESTAGING.value,
+                                other.lease_until > now - self.takeover_grace),
+                ~opener_of_key(row.bucket, row.key, now),
+                generation=ObjectVersion.generation + 1, lease_until=now + lease_seconds,
+                attempts=ObjectVersion.attempts + 1)
+            if moved != 1:
+                return None
+        return self.get(seq)
+
+    def has_newer(self, row: VersionRow) -> bool:
+        with self.sessions() as s:
+            return bool(s.scalar(select(func.count()).where(ObjectVersion.bucket == row.bucket,
+                                                             ObjectVersion.key == row.key,
+                                                             ObjectVersion.seq > row.seq)))
+
+    def renew(self, row: VersionRow, lease_seconds: float) -> bool:
+        """Extend a DESTAGING row's lease (no move: the state is not written)."""
+        with self.bookkeeping.begin() as s:
+            result = s.execute(
+                update(ObjectVersion)
+                .where(ObjectVersion.seq == row.seq, ObjectVersion.state == VersionState.DESTAGING.value,
+                       ObjectVersion.generation == row.generation)
+                .values(lease_until=self.clock() + lease_seconds).execution_options(synchronize_session=False))
+            return affected(result) == 1
+
+    def record_remote_upload(self, row: VersionRow, remote_upload_id: str) -> bool:
+        """The remote multipart upload a DESTAGING row's holder just created, named on the row
+        before any part is sent: a destage killed mid-upload leaves it owned (never a leak the
+        remote-uploads sweep waits days for), and the retry resumes it (only missing parts go)."""
+        with self.bookkeeping.begin() as s:
+            result = s.execute(
+                update(ObjectVersion)
+                .where(ObjectVersion.seq == row.seq, ObjectVersion.state == VersionState.DESTAGING.value,
+                       ObjectVersion.generation == row.generation)
+                .values(remote_upload_id=remote_upload_id).execution_options(synchronize_session=False))
+            return affected(result) == 1
+
+    def mark_durable(self, row: VersionRow, remote_etag: str, remote_version: str | None, *,
+                     invalidate_cache: bool = False, relaxed: bool = False, route: RouteStamp | None = None) -> bool:
+        """DESTAGING -> DURABLE. With ``invalidate_cache`` the key's cache entries and tombstone move in the
+        same commit: a discovery that fetched the remote before this version landed (so it may hold the
+        older one) never records it (CacheIndex.put_ready). ``relaxed``: only if no blob file is dropped.
+        ``route``: where the upload went; raises ``RouteMoved`` (nothing committed) if the bucket maps
+        elsewhere now (``remotes.check_route``, before the cache locks, in a remap's lock order)."""
+        def then(conn: Connection) -> None:
+            if route is not None:
+                check_route(conn, row.bucket, route)
+            if invalidate_cache:
+                invalidate_key(conn, row.bucket, row.key)
+
+        return self.move(row, VersionState.DURABLE, expected=VersionState.DESTAGING, then=then, relaxed=relaxed,
+                         remote_etag=remote_etag, remote_version_id=remote_version, durable_at=datetime.now(UTC),
+                         last_error=None, lease_until=0.0)
+
+    def make_due(self, seq: int) -> bool:
+        """A buffered row's next attempt is now (the repair after a lost destage)."""
+        with self.bookkeeping.begin() as s:
+            result = s.execute(update(ObjectVersion).where(ObjectVersion.seq == seq,
+                                                           ObjectVersion.state == VersionState.BUFFERED.value)
+                               .values(next_attempt_at=0.0).execution_options(synchronize_session=False))
+            return affected(result) == 1
+
+    def mark_superseded(self, row: VersionRow) -> bool:
+        """The row's state (as read) -> SUPERSEDED; raises if the table forbids it (a final row)."""
+        return self.move(row, VersionState.SUPERSEDED, lease_until=0.0)
+
+    def mark_retry(self, row: VersionRow, error: str, retry_at: float, *, failed: bool) -> bool:
+        target = VersionState.FAILED if failed else VersionState.BUFFERED
+        return self.move(row, target, expected=VersionState.DESTAGING, last_error=error[:2000],
+                         next_attempt_at=retry_at, lease_until=0.0, relaxed=True)
+
+    def move(self, row: VersionRow, target: VersionState, *, expected: VersionState | None = None,
+             then: Callable[[Connection], None] | None = None, relaxed: bool = False, **values: Any) -> bool:
+        """Compare-and-swap ``expected`` (default: ``row.state`` as read) -> ``target`` on (state,
+        generation), checked against the state table (an illegal move raises); ``then`` runs in
+        the same commit if it won. ``relaxed``: a bookkeeping commit (see ``__init__``)."""
+        current = row.state if expected is None else expected
+        with (self.bookkeeping if relaxed else self.sessions).begin() as s:
+            moved = move_rows(s.connection(), [current], target, ObjectVersion.seq == row.seq,
+                              ObjectVersion.generation == row.generation,
+                              generation=ObjectVersion.generation + 1, **values)
+            if moved != 1:
+                return False
+            if then is not None:
+                then(s.connection())
+            return True
+
+    def release_expired_leases(self, now: float | None = None) -> int:
+        """DESTAGING rows whose worker died (lease ran out) go back to BUFFERED, once the takeover
+        grace has passed too: a holder whose lease lapsed (the catalog restarting) may still have
+        a write request in flight until then, never after (``app/domain/fencing.py``)."""
+        now = self.clock() if now is None else now
+        with self.bookkeeping.begin() as s:
+            return move_rows(s.connection(), [VersionState.DESTAGING], VersionState.BUFFERED,
+                             ObjectVersion.lease_until < now - self.takeover_grace, generation=ObjectVersion.generation + 1,
+                             next_attempt_at=now, last_error="destage lease expired (worker lost)")
+
+    def retry_now(self, bucket: str | None = None, prefix: str = "", include_failed: bool = True) -> int:
+        """Make buffered (and failed) rows due immediately: the flush. Buffered rows stay buffered
+        (no move, state not written); failed ones move FAILED -> BUFFERED. Attempts are kept: a
+        row that cannot succeed gets one more try and is FAILED again with its error, instead of
+        a fresh set of attempts at every flush (``flush --wait`` would wait on it for ever). The
+        operator's retry of one row (``JournalQueries.retry``) is what starts its count anew."""
+        cond: list[Any] = []
+        if bucket:
+            cond.append(ObjectVersion.bucket == bucket)
+        if prefix:
+            cond.append(and_(ObjectVersion.key >= prefix, ObjectVersion.key < prefix + "\U0010ffff"))
+        reset = {"next_attempt_at": 0.0, "generation": ObjectVersion.generation + 1}
+        with self.sessions.begin() as s:
+            conn = s.connection()
+            # Buffered first, so rows the second statement moves are not counted (or bumped) twice.
+            done = int(conn.execute(update(ObjectVersion).where(
+                ObjectVersion.state == VersionState.BUFFERED.value, *cond).values(**reset)
+                .execution_options(synchronize_session=False)).rowcount or 0)
+            if include_failed:
+                done += move_rows(conn, [VersionState.FAILED], VersionState.BUFFERED, *cond, **reset)
+            return done

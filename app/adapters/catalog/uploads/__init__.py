@@ -1,0 +1,1 @@
+"""Multipart bookkeeping beside ``repo.Catalog``: part claims, remote upload openings and ownership."""

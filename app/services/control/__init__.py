@@ -1,0 +1,1 @@
+"""Control: policies, tenancy, staging jobs, probes and the chores registry."""

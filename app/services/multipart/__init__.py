@@ -1,0 +1,1 @@
+"""Multipart uploads: parts, the claimed Complete, parts copied ahead, gathering and expiry."""

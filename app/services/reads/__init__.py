@@ -1,0 +1,1 @@
+"""Reads: the read path (journal, cache, remote), listings and partNumber spans."""
