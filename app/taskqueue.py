@@ -9,7 +9,7 @@ each node's destage tasks go to that node's own queue (``ferry.<node id>``), whi
 worker consumes by default.
 
 Beat: each node's worker runs its own beat (``celery ... worker -B``), with a schedule built from
-``services/chores.CHORES`` for its node id. Its node chores (journal sweep, upload expiry, cache
+``services/control/chores.CHORES`` for its node id. Its node chores (journal sweep, upload expiry, cache
 janitor, eviction, scrub, orphan sweep, revalidation) go to its own queue, so they run where its
 data directory is; its shared chores (compaction) go to ``ferry.shared``, which every worker also
 consumes. Every live node's beat sends the shared chores, so a shared run first takes a broker

@@ -75,8 +75,8 @@ class Replica:
 @dataclass(frozen=True, slots=True)
 class VersionDraft:
     """A PUT's version as a write service hands it to the journal: what the row records, as one
-    value (``Journal.append_put``); what commits with it (an upload's claim, a replica) is named
-    beside it, and every append invalidates the key's cached copies in the same commit.
+    value (a unit of work's ``journal.put``); what commits with it (the key's cached copies
+    invalidated, an upload's claim, a replica) is the service's to add to the same unit.
     ``inline``: the body itself, kept in the row (its one piece is ``INLINE_BLOB``)."""
 
     bucket: str

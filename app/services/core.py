@@ -97,7 +97,7 @@ class GatewayCore:
         self.admission = WriteAdmission(budget or WriteBudget(buffer_bytes), disk, journal, self.run)
         # Fleet mode: other nodes' buffered writes are read from them (None: every row is ours).
         self.peers = peers
-        # Write-back bodies up to this size go into their journal row (0: never; see Journal.append_put).
+        # Write-back bodies up to this size go into their journal row (0: never; see unit_of_work.JournalWork.put).
         self.inline_max = inline_max
         self._buffered = WriteBack(self.known_buckets, self.admission, executor)
         self._through = WriteThrough(journal, destager, executor, self.run)

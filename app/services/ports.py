@@ -11,6 +11,7 @@ Blocking methods: the services call them in threads.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
@@ -86,17 +87,53 @@ class RoutedRemote(Protocol):
     def pinned(self, bucket: str, fresh: bool = False) -> tuple[RemotePort, RouteStamp | None]: ...
 
 
-class JournalWrites(Protocol):
-    """Appending acknowledged writes and reading what is not yet durable."""
+class JournalWork(Protocol):
+    """A unit of work's journal part: rows of acknowledged writes, added to the open unit."""
 
-    def append_put(self, draft: VersionDraft, *, completes: UploadClaim | None = None,
-                   replica: Replica | None = None) -> VersionRow: ...
-    def append_rename(self, draft: VersionDraft, source_key: str,
-                      source_seq: int | None) -> tuple[VersionRow, VersionRow]: ...
+    def put(self, draft: VersionDraft) -> VersionRow: ...
+    def delete(self, bucket: str, key: str, tenant_id: int | None, *, after_seq: int | None = None) -> VersionRow: ...
+    def newest_seq(self, bucket: str, key: str) -> int | None: ...
+
+
+class CacheWork(Protocol):
+    def invalidate(self, bucket: str, key: str) -> None: ...  # every node's cached copy of the key
+
+
+class UploadsWork(Protocol):
+    def finish(self, claim: UploadClaim) -> list[str]: ...  # or ClaimLost: nothing commits
+
+
+class ReplicasWork(Protocol):
+    def add(self, row: VersionRow, replica: Replica) -> None: ...
+
+
+class Work(Protocol):
+    """One open unit of work: each part adds to the same transaction, committed once."""
+
+    @property
+    def journal(self) -> JournalWork: ...
+    @property
+    def cache(self) -> CacheWork: ...
+    @property
+    def uploads(self) -> UploadsWork: ...
+    @property
+    def replicas(self) -> ReplicasWork: ...
+
+
+class UnitsOfWork(Protocol):
+    """``with units.begin() as work:`` one catalog transaction a service composes; it commits
+    when the block ends and rolls back if it raises (``adapters/catalog/unit_of_work.py``)."""
+
+    def begin(self) -> AbstractContextManager[Work]: ...
+
+
+class JournalWrites(Protocol):
+    """The units of work writes commit in, and reading what is not yet durable."""
+
+    @property
+    def units(self) -> UnitsOfWork: ...
     def newest_seq(self, bucket: str, key: str) -> int | None: ...
     def inline_body(self, seq: int) -> bytes | None: ...
-    def append_delete(self, bucket: str, key: str, tenant_id: int | None, *,
-                      invalidate_cache: bool = False) -> VersionRow: ...
     def latest_dirty(self, bucket: str, key: str) -> VersionRow | None: ...
     def has_dirty(self, bucket: str, key: str) -> bool: ...
     def dirty_under(self, bucket: str, prefix: str, after: str | None, limit: int) -> list[VersionRow]: ...
@@ -162,7 +199,7 @@ class UploadsPort(Protocol):
 
 
 class StagedBody(Protocol):
-    """A body being received into the blob store (``adapters/blobstore.StagingFile``)."""
+    """A body being received into the blob store (``adapters/local/blobstore.StagingFile``)."""
 
     path: Path
     size: int
@@ -239,7 +276,7 @@ class BlockFill(Protocol):
 
 
 class BlockReads(Protocol):
-    """Reads of a block's bytes by the block's own offsets (``app/adapters/blockreader``): the read
+    """Reads of a block's bytes by the block's own offsets (``app/adapters/local/blockreader``): the read
     cache never knows where in a block file the bytes start."""
 
     def read(self, fd: int, start: int, length: int) -> bytes: ...

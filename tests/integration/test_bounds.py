@@ -22,6 +22,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from tests.support.gateway import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, GatewayProcess
+from tests.support.journal_rows import append_put
 
 MiB = 1024 * 1024
 
@@ -177,7 +178,7 @@ def _put(journal: Any, bucket: str, key: str, state: str, age_days: float) -> in
     from app.adapters.catalog.tables import ObjectVersion
     from app.domain.versions import VersionDraft
 
-    row = journal.append_put(VersionDraft(bucket, key, 1, "e" * 32, [], {}, {}, {}, None))
+    row = append_put(journal, VersionDraft(bucket, key, 1, "e" * 32, [], {}, {}, {}, None))
     when = datetime.now(UTC) - timedelta(days=age_days)
     with journal.sessions.begin() as s:
         s.execute(update(ObjectVersion).where(ObjectVersion.seq == row.seq).values(

@@ -16,6 +16,7 @@ from app.domain.errors import S3Error
 from app.domain.states import VersionState
 from app.domain.versions import VersionDraft
 from app.services.destage.destager import Destager
+from tests.support.journal_rows import append_put
 
 
 class RefusingRemote:
@@ -50,7 +51,7 @@ def test_outages_do_not_use_up_attempts(tmp_path: Path, code: str, final: Versio
     blob = store.commit(staging)
     store.settle(blob)
     etag = hashlib.md5(b"payload").hexdigest()
-    row = journal.append_put(VersionDraft("b", "k", 7, etag, [BlobRef(blob, 7, etag)], {}, {}, {}, None))
+    row = append_put(journal, VersionDraft("b", "k", 7, etag, [BlobRef(blob, 7, etag)], {}, {}, {}, None))
     remote = RefusingRemote(code)
     destager = Destager(journal, store, remote, max_attempts=2, backoff_base=0.001,  # type: ignore[arg-type]
                         backoff_cap=0.001)

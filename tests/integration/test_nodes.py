@@ -18,13 +18,14 @@ from app.config import Settings
 from app.domain.versions import VersionDraft
 from app.services.destage.executor import EmbeddedExecutor
 from tests.support.gateway import FERRY, GatewayProcess, free_port
+from tests.support.journal_rows import append_put
 from tests.support.procs import run_bounded
 
 pytestmark = pytest.mark.fleet
 
 
 def _buffer_row(journal: Journal, key: str) -> int:
-    row = journal.append_put(VersionDraft("bkt", key, 0, "d41d8cd98f00b204e9800998ecf8427e", [], {}, {}, {}, None))
+    row = append_put(journal, VersionDraft("bkt", key, 0, "d41d8cd98f00b204e9800998ecf8427e", [], {}, {}, {}, None))
     return int(row.seq)
 
 

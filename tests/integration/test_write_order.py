@@ -33,6 +33,7 @@ from botocore.exceptions import ClientError, ResponseStreamingError
 from app.domain.versions import VersionDraft
 from tests.support.counting_proxy import CountingProxy
 from tests.support.gateway import ADMIN_TOKEN, GatewayProcess
+from tests.support.journal_rows import append_delete, append_put
 from tests.support.seaweed import SeaweedServer
 
 # A failed destage waits a long time before its next attempt: the backlog stays until the flush.
@@ -276,7 +277,7 @@ def _journal_put(journal: Any, store: Any, bucket: str, key: str, data: bytes) -
     staging.write(data)
     blob = store.commit(staging)
     store.settle(blob)
-    return journal.append_put(VersionDraft(bucket, key, len(data), md5(data), [BlobRef(blob, len(data), md5(data))],
+    return append_put(journal, VersionDraft(bucket, key, len(data), md5(data), [BlobRef(blob, len(data), md5(data))],
                                            {}, {}, {}, None))
 
 
@@ -311,7 +312,7 @@ def test_a_stalled_destage_that_resumes_never_lands_over_a_newer_version(obucket
     if stalled_op == "put":
         first = _journal_put(journal, store, obucket, key, older)
     else:
-        first = journal.append_delete(obucket, key, None, invalidate_cache=True)
+        first = append_delete(journal, obucket, key, None)
     stalled_remote = StalledPuts(real)
     stalled = Destager(journal, store, stalled_remote, lease_seconds=1.5)
     outcome: dict[str, str] = {}

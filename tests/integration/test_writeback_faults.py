@@ -37,6 +37,7 @@ from botocore.exceptions import ClientError
 from app.domain.versions import VersionDraft
 from tests.support.celery_worker import CeleryWorker
 from tests.support.gateway import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, GatewayProcess
+from tests.support.journal_rows import append_put
 from tests.support.seaweed import SeaweedServer
 
 MiB = 1024 * 1024
@@ -821,7 +822,7 @@ def test_a_destage_that_lost_its_lease_commits_nothing(tmp_path: Path, multipart
         store.settle(blob)
         refs.append(BlobRef(blob, len(data), hashlib.md5(data).hexdigest()))
     etag = multipart_etag(pieces).strip('"') if multipart else refs[0].etag
-    row = journal.append_put(VersionDraft("b", "k", sum(map(len, pieces)), etag, refs, {}, {}, {}, None,
+    row = append_put(journal, VersionDraft("b", "k", sum(map(len, pieces)), etag, refs, {}, {}, {}, None,
                                           multipart=multipart))
     remote = StallingRemote()
     remote.pieces = pieces

@@ -17,6 +17,7 @@ from app.adapters.catalog.migrate import upgrade
 from app.domain.states import VersionState
 from app.domain.versions import VersionDraft
 from app.services.destage.background import AckGate, BackgroundThreads
+from tests.support.journal_rows import append_put
 
 
 def test_quiet_returns_at_once_when_nothing_is_acknowledged() -> None:
@@ -122,7 +123,7 @@ def test_bookkeeping_commits_use_their_own_engine(tmp_path: Path) -> None:
     engine, relaxed = make_engine(url), make_engine(url, synchronous="NORMAL")
     try:
         journal = Journal(engine, "node-a", bookkeeping=relaxed)
-        row = journal.append_put(VersionDraft("b", "k", 1, "e", [BlobRef("0" * 32, 1, "e")], {}, {}, {}, None))
+        row = append_put(journal, VersionDraft("b", "k", 1, "e", [BlobRef("0" * 32, 1, "e")], {}, {}, {}, None))
         claimed = journal.claim(row.seq, 60.0)
         assert claimed is not None and claimed.state is VersionState.DESTAGING
         assert journal.renew(claimed, 60.0)

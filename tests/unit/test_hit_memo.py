@@ -58,7 +58,8 @@ def in_other_process(tmp_path: Path, code: str) -> None:
     separate interpreter: another worker process writing the same catalog."""
     prelude = ("import sys; from app.adapters.catalog.engine import make_engine; "
                "from app.adapters.catalog.cache.index import CacheIndex; "
-               "from app.adapters.catalog.journal.journal import Journal; url = sys.argv[1]; ")
+               "from app.adapters.catalog.journal.journal import Journal; "
+               "from tests.support.journal_rows import append_delete; url = sys.argv[1]; ")
     subprocess.run([sys.executable, "-c", prelude + code, f"sqlite:///{tmp_path / 'ferry.db'}"], check=True,
                    cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
 
@@ -98,7 +99,7 @@ def test_an_overwrite_by_another_worker_is_seen_by_the_next_get(tmp_path: Path) 
 def test_a_delete_by_another_worker_is_seen_by_the_next_get(tmp_path: Path) -> None:
     """A buffered delete journaled by another worker answers NoSuchKey here at once."""
     _, svc = warm(tmp_path, "k", b"1" * 4096)
-    in_other_process(tmp_path, "Journal(make_engine(url), 'unit').append_delete('b', 'k', None)")
+    in_other_process(tmp_path, "append_delete(Journal(make_engine(url), 'unit'), 'b', 'k', None, invalidate=False)")
     with pytest.raises(S3Error) as err:
         asyncio.run(svc.get("b", "k"))
     assert err.value.code == "NoSuchKey"

@@ -154,7 +154,7 @@ def test_no_import_cycles_counting_imports_inside_functions() -> None:
 
 
 def test_only_the_cache_store_touches_block_files() -> None:
-    """Block I/O lives in ``adapters/cachestore`` and the ``BlockReader`` it hands out (issue 27): the
+    """Block I/O lives in ``adapters/local/cachestore`` and the ``BlockReader`` it hands out (issue 27): the
     read cache never opens, preads or maps a block file, nor knows where its bytes start."""
     raw_io = {"open", "pread", "pwrite", "dup", "sendfile", "mmap"}
     found = []

@@ -17,6 +17,7 @@ from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.tables import ObjectVersion
 from app.domain.states import ALLOWED, TERMINAL, IllegalTransition, VersionState
 from app.domain.versions import VersionDraft
+from tests.support.journal_rows import append_put
 
 PAIRS = list(itertools.product(VersionState, VersionState))
 
@@ -31,7 +32,7 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 
 
 def _row_in(journal: Journal, state: VersionState, key: str = "k") -> int:
-    row = journal.append_put(VersionDraft("b", key, 1, "e", [BlobRef("0" * 32, 1, "e")], {}, {}, {}, None))
+    row = append_put(journal, VersionDraft("b", key, 1, "e", [BlobRef("0" * 32, 1, "e")], {}, {}, {}, None))
     with journal.sessions.begin() as s:  # test setup: place the row in the state under test
         s.execute(update(ObjectVersion).where(ObjectVersion.seq == row.seq).values(state=state.value))
     return row.seq

@@ -14,6 +14,7 @@ from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.tables import MultipartUpload
 from app.domain.versions import VersionDraft
+from tests.support.journal_rows import append_put
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def test_no_opening_of_an_upload_that_is_gone(catalog: Catalog) -> None:
 
 
 def _buffered(journal: Journal, key: str) -> int:
-    return journal.append_put(VersionDraft("b", key, 1, "e", [BlobRef("0" * 32, 1, "e")], {}, {}, {}, None)).seq
+    return append_put(journal, VersionDraft("b", key, 1, "e", [BlobRef("0" * 32, 1, "e")], {}, {}, {}, None)).seq
 
 
 def test_an_opening_and_a_destage_of_one_key_exclude_each_other(catalog: Catalog) -> None:

@@ -16,6 +16,7 @@ from app.domain.states import VersionState
 from app.services.bodies import ExpectedDigests
 from tests.fakes.faulty import Fault, FaultyRemote
 from tests.fakes.harness import body, build, read_all
+from tests.support.journal_rows import append_delete
 
 
 def test_put_read_your_writes_destage_durable(tmp_path: Path) -> None:
@@ -155,7 +156,7 @@ def test_write_through_goes_to_the_remote_unless_behind_a_backlog(tmp_path: Path
         assert svc.journal.latest_dirty("b", "direct") is None
         # A backlog of the key (an older buffered row): the write is journaled behind it and
         # destaged inline, superseding the older row.
-        older = svc.journal.append_delete("b", "k", None)
+        older = append_delete(svc.journal, "b", "k", None, invalidate=False)
         await svc.put("b", "k", b"newer")
         assert remote.buckets["b"]["k"].data == b"newer"
         assert svc.journal.latest_dirty("b", "k") is None

@@ -12,7 +12,7 @@ from app.domain.policy import Policy, PolicyRule, resolve, setting_prefix
 
 
 class PolicyRules(Protocol):
-    """The catalog's policy rules (``adapters/catalog/policies.PolicyRepo``) and their version."""
+    """The catalog's policy rules (``adapters/catalog/control/policies.PolicyRepo``) and their version."""
 
     def version(self) -> tuple[int, float]: ...
     def list(self) -> list[PolicyRule]: ...

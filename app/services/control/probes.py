@@ -89,7 +89,7 @@ async def check_remote(cfg: RemoteConfig, bucket: str | None = None, timeout: fl
 
 
 class RegisteredRemote(Protocol):
-    """What a check needs of a registered remote (``adapters/catalog/remotes.RemoteInfo``)."""
+    """What a check needs of a registered remote (``adapters/catalog/control/remotes.RemoteInfo``)."""
 
     @property
     def endpoint(self) -> str | None: ...

@@ -39,7 +39,7 @@ STALE_AFTER = 30.0  # seconds without a progress write (written every persist_in
 
 
 class StagingJobs(Protocol):
-    """What staging needs of the job rows (``adapters/catalog/staging.StagingRepo``)."""
+    """What staging needs of the job rows (``adapters/catalog/control/staging.StagingRepo``)."""
 
     def create(self, bucket: str, prefix: str, node_id: str, tenant_id: int | None) -> JobInfo: ...
     def get(self, job_id: str) -> JobInfo: ...

@@ -34,7 +34,7 @@ class BucketProbe(Protocol):
 
 
 class Owners(Protocol):
-    """The owners' table (``adapters/catalog/owners.OwnerRepo``)."""
+    """The owners' table (``adapters/catalog/control/owners.OwnerRepo``)."""
 
     def snapshot(self) -> OwnerMap: ...
     def owner(self, bucket: str) -> tuple[int | None, bool]: ...

@@ -39,7 +39,7 @@ class ExpiringUploads(Protocol):
 
 
 class RunOutClaims(Protocol):
-    """Part copy claims (``adapters/catalog/part_claims.PartClaims``) whose holder died."""
+    """Part copy claims (``adapters/catalog/uploads/part_claims.PartClaims``) whose holder died."""
 
     def forget_run_out(self, ended_before: float) -> int: ...
 

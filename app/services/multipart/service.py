@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -25,7 +24,7 @@ from app.domain.profiles import RemoteProfile
 from app.domain.ranges import WHOLE, RangeRequest
 from app.domain.states import UploadState
 from app.domain.uploads import ClaimLost, CompletedUpload, PartSource, UploadClaim, UploadNotOpen
-from app.domain.versions import BlobRef, VersionDraft
+from app.domain.versions import BlobRef, Replica, VersionDraft, VersionRow
 from app.services.bodies import (
     CLAIM_POLL_SECONDS,
     MAX_PART_NUMBER,
@@ -279,7 +278,7 @@ class MultipartService:
             self.blobs.intend_drop(unused)
             draft = VersionDraft(bucket, key, size, etag, pieces, content, metadata, checksums, info.tenant_id,
                                  multipart=True, checksum_algorithm=info.checksum_algorithm, remote_upload_id=remote_id)
-            row = await self._run(functools.partial(self.journal.append_put, draft, completes=claim, replica=replica))
+            row = await self._run(self._commit_completed, draft, claim, replica)
             part_gather.settle_pulled(self.core, gathered)
             for blob in unused:
                 await self._run(self.blobs.delete, blob)
@@ -296,6 +295,18 @@ class MultipartService:
         gathered.pulled.clear()
         await self._written(bucket, key)
         return etag, checksums
+
+    def _commit_completed(self, draft: VersionDraft, claim: UploadClaim, replica: Replica | None) -> VersionRow:
+        """A buffered Complete's one commit: the claimed upload becomes its result (or nothing
+        commits: ClaimLost), the key's cached copies are invalidated, the object's row added
+        with its parts as blobs, and the record of its replica."""
+        with self.journal.units.begin() as work:
+            work.uploads.finish(claim)
+            work.cache.invalidate(draft.bucket, draft.key)
+            row = work.journal.put(draft)
+            if replica is not None:
+                work.replicas.add(row, replica)
+            return row
 
     async def open_held_part(self, upload_id: str, number: int, blob: str
                              ) -> tuple[int, AsyncIterator[bytes]] | None:

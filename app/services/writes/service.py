@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -132,16 +131,15 @@ class WritesService:
                            metadata: dict[str, str], tenant_id: int | None = None) -> VersionRow:
         """fsync the body into the store and commit its journal row; the caller hands the row on
         to the destage (its write mode's ``hand_on``)."""
-        journal = self.journal
         size, md5 = received.staging.size, received.digests.md5_hex()
 
         def commit(piece: BlobRef | None, replica: Replica | None) -> VersionRow:
             """One thread hop for both fsyncs (body, then journal) when nothing is replicated."""
             piece = piece or BlobRef(self.blobs.commit(received.staging), size, md5, received.checksums)
             try:
-                row = journal.append_put(VersionDraft(
+                row = self._commit_put(VersionDraft(
                     bucket, key, piece.size, piece.etag, [piece], content_headers, metadata, received.checksums,
-                    tenant_id), replica=replica)
+                    tenant_id), replica)
             except BaseException:
                 self.blobs.delete(piece.blob)
                 raise
@@ -163,6 +161,16 @@ class WritesService:
         self.admission.added(row.size)  # until the next re-read, count what this process added
         return row
 
+    def _commit_put(self, draft: VersionDraft, replica: Replica | None = None) -> VersionRow:
+        """The write's one commit: the key's cached copies invalidated, its row, and the record
+        of its replica (a replicated write never exists without its copy)."""
+        with self.journal.units.begin() as work:
+            work.cache.invalidate(draft.bucket, draft.key)
+            row = work.journal.put(draft)
+            if replica is not None:
+                work.replicas.add(row, replica)
+            return row
+
     def _inlines(self, bucket: str, key: str, received: ReceivedBody) -> bool:
         """Whether the body goes into its journal row: small, held in memory, and no other
         node needs a file of it (a replicated write sends its blob to a peer)."""
@@ -176,7 +184,7 @@ class WritesService:
         assert received.data is not None
         piece = BlobRef(INLINE_BLOB, len(received.data), received.digests.md5_hex(), received.checksums)
         try:
-            return self.journal.append_put(VersionDraft(
+            return self._commit_put(VersionDraft(
                 bucket, key, piece.size, piece.etag, [piece], content_headers, metadata, received.checksums,
                 tenant_id, inline=received.data))
         finally:
@@ -239,7 +247,7 @@ class WritesService:
     async def rename_object(self, bucket: str, key: str, src_key: str, check: Callable[[ObjectMeta], None],
                             conditions: WriteConditions = NO_WRITE_CONDITIONS,
                             tenant_id: int | None = None) -> None:
-        """RenameObject within a bucket, as one journal commit (``Journal.append_rename``): the
+        """RenameObject within a bucket, as one journal commit (``_commit_renamed``): the
         new name and the old one's delete become visible together, to every reader of every
         node. Only where writes are journalled (write-back): a rename on the remote alone is a
         copy and a delete that readers would see apart, so write-through answers NotImplemented."""
@@ -287,13 +295,28 @@ class WritesService:
         """fsync the staged bytes into the store, then the one commit of both rows."""
         piece = BlobRef(self.blobs.commit(received.staging), draft.size, draft.etag, draft.checksums)
         try:
-            rows = self.journal.append_rename(replace(draft, blobs=[piece], renamed_from=src_key), src_key,
-                                              source_seq)
+            rows = self._commit_renamed(replace(draft, blobs=[piece], renamed_from=src_key), src_key, source_seq)
         except BaseException:
             self.blobs.delete(piece.blob)
             raise
         self.blobs.settle(piece.blob)
         return rows
+
+    def _commit_renamed(self, draft: VersionDraft, src_key: str,
+                        source_seq: int | None) -> tuple[VersionRow, VersionRow]:
+        """One commit of both rows: the draft (the source's bytes, staged anew) under its new
+        key and a delete of ``src_key``, both keys' cached copies invalidated, so every reader
+        sees the old name or the new one, never neither. The delete names the put
+        (``after_seq``): its destage waits for the put's, so the remote never lacks both.
+        ``source_seq``: the source's newest row when it was read; a newer one means the source
+        changed meanwhile, and nothing commits (SourceChanged)."""
+        with self.journal.units.begin() as work:
+            work.cache.invalidate(draft.bucket, src_key)  # the source's entries locked first
+            if work.journal.newest_seq(draft.bucket, src_key) != source_seq:
+                raise SourceChanged(f"{draft.bucket}/{src_key} changed while it was renamed")
+            work.cache.invalidate(draft.bucket, draft.key)
+            put = work.journal.put(draft)
+            return put, work.journal.delete(draft.bucket, src_key, draft.tenant_id, after_seq=put.seq)
 
     async def _stage_copy(self, src_bucket: str, src_key: str, source: ObjectMeta) -> ReceivedBody:
         """The source's bytes, read through the gateway (cache, journal, fleet or remote) into a
@@ -310,8 +333,13 @@ class WritesService:
         return received
 
     async def _journal_delete(self, bucket: str, key: str, tenant_id: int | None) -> VersionRow:
-        return await self._run(functools.partial(self.journal.append_delete, bucket, key, tenant_id,
-                                                 invalidate_cache=True))
+        return await self._run(self._commit_delete, bucket, key, tenant_id)
+
+    def _commit_delete(self, bucket: str, key: str, tenant_id: int | None) -> VersionRow:
+        """A delete's one commit: the key's cached copies invalidated and its row."""
+        with self.journal.units.begin() as work:
+            work.cache.invalidate(bucket, key)
+            return work.journal.delete(bucket, key, tenant_id)
 
     async def delete_object(self, bucket: str, key: str, tenant_id: int | None = None) -> None:
         self._check_key(bucket, key)

@@ -20,62 +20,17 @@ from sqlalchemy import Engine, and_, bindparam, delete, exists, func, or_, selec
 from sqlalchemy.orm import aliased
 
 from app.adapters.catalog.cache.hotpath import SqliteLookups
-from app.adapters.catalog.cache.index import invalidate_key
 from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.journal.destage import DestageMoves
-from app.adapters.catalog.repo import UploadClaim, finish_upload
+from app.adapters.catalog.journal.rows import after_json, version_row
 from app.adapters.catalog.tables import JournalReplica, MultipartPart, ObjectVersion, table
+from app.adapters.catalog.unit_of_work import UnitsOfWork
 from app.domain.states import DIRTY, TERMINAL, VersionState
-from app.domain.versions import BlobRef, Replica, SourceChanged, VersionDraft, VersionRow
+from app.domain.versions import BlobRef, VersionRow
+
+__all__ = ["BlobRef", "Journal", "VersionRow"]  # the records its rows become, for its callers
 
 DIRTY_VALUES = tuple(s.value for s in DIRTY)
-
-
-def _after_json(seq: int) -> str:
-    return json.dumps({"after": seq})
-
-
-def _put_row(d: VersionDraft, node_id: str) -> ObjectVersion:
-    return ObjectVersion(
-        bucket=d.bucket, key=d.key, op="put", state=VersionState.BUFFERED.value, generation=0, size=d.size,
-        etag=d.etag, blobs_json=json.dumps([b.as_json() for b in d.blobs]), remote_upload_id=d.remote_upload_id,
-        multipart=d.multipart, headers_json=json.dumps({"content": d.content_headers, "metadata": d.metadata}
-                                                    | ({"renamed_from": d.renamed_from} if d.renamed_from else {})),
-        checksums_json=json.dumps(d.checksums), checksum_algorithm=d.checksum_algorithm, node_id=node_id,
-        tenant_id=d.tenant_id, created_at=datetime.now(UTC), attempts=0, next_attempt_at=0.0, lease_until=0.0,
-        inline_body=d.inline,
-    )
-
-
-def _delete_row(bucket: str, key: str, tenant_id: int | None, node_id: str, *,
-                after_seq: int | None = None) -> ObjectVersion:
-    """A delete's row; a rename's names the put it must destage after (in its headers)."""
-    return ObjectVersion(
-        bucket=bucket, key=key, op="delete", state=VersionState.BUFFERED.value, generation=0, size=0, etag="",
-        blobs_json="[]", multipart=False, headers_json="{}" if after_seq is None else _after_json(after_seq),
-        checksums_json="{}", node_id=node_id, tenant_id=tenant_id, created_at=datetime.now(UTC), attempts=0,
-        next_attempt_at=0.0, lease_until=0.0,
-    )
-
-
-def _aware(when: datetime | None) -> datetime | None:
-    if when is None:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-def _row(r: ObjectVersion) -> VersionRow:
-    headers = json.loads(r.headers_json)
-    return VersionRow(
-        seq=r.seq, bucket=r.bucket, key=r.key, op=r.op, state=VersionState(r.state), generation=r.generation,
-        size=r.size, etag=r.etag, blobs=[BlobRef(*b) for b in json.loads(r.blobs_json)],
-        multipart=r.multipart, content_headers=headers.get("content", {}), metadata=headers.get("metadata", {}),
-        checksums=json.loads(r.checksums_json), checksum_algorithm=r.checksum_algorithm, node_id=r.node_id,
-        created_at=_aware(r.created_at) or datetime.now(UTC), attempts=r.attempts, last_error=r.last_error,
-        next_attempt_at=r.next_attempt_at, remote_etag=r.remote_etag, durable_at=_aware(r.durable_at),
-        remote_upload_id=r.remote_upload_id, after_seq=headers.get("after"),
-        renamed_from=headers.get("renamed_from"),
-    )
 
 
 class Journal(DestageMoves):
@@ -95,6 +50,7 @@ class Journal(DestageMoves):
         self.takeover_grace = takeover_grace
         self.clock = clock
         self.sessions = Sessions(engine)
+        self.units = UnitsOfWork(engine, node_id)  # a write's commit: the service composes it
         self.bookkeeping = Sessions(bookkeeping or engine)
         self.is_postgres = engine.dialect.name == "postgresql"
         self.lookups = SqliteLookups.for_engine(engine)
@@ -103,59 +59,6 @@ class Journal(DestageMoves):
                         .order_by(t.c.seq.desc()).limit(1))
         self._dirty = (select(t.c.seq).where(t.c.bucket == bindparam("b"), t.c.key == bindparam("k"),
                                              t.c.state.in_(DIRTY_VALUES)).limit(1))
-
-    # ---- appending (the acknowledgement point) -------------------------------------------------
-    def append_put(self, draft: VersionDraft, *, completes: UploadClaim | None = None,
-                   replica: Replica | None = None) -> VersionRow:
-        """Insert a buffered PUT, and in the same commit invalidate the key's cached copies (of
-        the old version). With ``draft.inline`` the body is stored in the row: this commit is then
-        the write's only fsync. With ``completes`` the same commit turns the claimed upload into
-        its kept result and drops its part rows, or nothing commits (ClaimLost): one upload never
-        yields two rows sharing its part blobs. With ``replica`` the record of a second node's
-        copy commits with the row: a replicated write never exists without its copy."""
-        row = _put_row(draft, self.node_id)
-        with self.sessions.begin() as s:
-            s.add(row)
-            if completes is not None:
-                finish_upload(s.connection(), completes)
-            invalidate_key(s.connection(), draft.bucket, draft.key)
-            s.flush()
-            if replica is not None:
-                s.add(JournalReplica(seq=row.seq, node_id=replica.node_id, created_at=time.time(),
-                                     blobs_json=json.dumps([b.as_json() for b in replica.blobs])))
-            return _row(row)
-
-    def append_delete(self, bucket: str, key: str, tenant_id: int | None, *,
-                      invalidate_cache: bool = False) -> VersionRow:
-        row = _delete_row(bucket, key, tenant_id, self.node_id)
-        with self.sessions.begin() as s:
-            s.add(row)
-            if invalidate_cache:
-                invalidate_key(s.connection(), bucket, key)
-            s.flush()
-            return _row(row)
-
-    def append_rename(self, draft: VersionDraft, source_key: str, source_seq: int | None) -> tuple[VersionRow, VersionRow]:
-        """A rename within a bucket as one commit: the draft (the source's bytes, staged anew)
-        under its new key and a delete of ``source_key``, both keys' cached copies invalidated.
-        Every reader sees the old name or the new one, never neither. The delete names the put
-        (``after_seq``): its destage waits for the put's, so the remote too never lacks both.
-        ``source_seq``: the source's newest journal row when it was read (None: none); a newer
-        one means the source changed meanwhile, and nothing commits (SourceChanged)."""
-        put = _put_row(draft, self.node_id)
-        with self.sessions.begin() as s:
-            conn = s.connection()
-            invalidate_key(conn, draft.bucket, source_key)  # locks the source's entries first
-            newest = conn.execute(self._newest, {"b": draft.bucket, "k": source_key}).first()
-            if (newest[0] if newest else None) != source_seq:
-                raise SourceChanged(f"{draft.bucket}/{source_key} changed while it was renamed")
-            s.add(put)
-            invalidate_key(conn, draft.bucket, draft.key)
-            s.flush()
-            gone = _delete_row(draft.bucket, source_key, draft.tenant_id, self.node_id, after_seq=put.seq)
-            s.add(gone)
-            s.flush()
-            return _row(put), _row(gone)
 
     def newest_seq(self, bucket: str, key: str) -> int | None:
         """The key's newest journal row, whatever its state (None: the journal has none)."""
@@ -169,13 +72,13 @@ class Journal(DestageMoves):
             return s.scalar(select(ObjectVersion.seq).where(
                 ObjectVersion.bucket == put.bucket, ObjectVersion.op == "delete",
                 ObjectVersion.state == VersionState.BUFFERED.value, ObjectVersion.seq > put.seq,
-                ObjectVersion.headers_json == _after_json(put.seq)).limit(1))
+                ObjectVersion.headers_json == after_json(put.seq)).limit(1))
 
     # ---- reading -------------------------------------------------------------------------------
     def get(self, seq: int) -> VersionRow | None:
         with self.sessions() as s:
             r = s.get(ObjectVersion, seq)
-            return _row(r) if r else None
+            return version_row(r) if r else None
 
     def inline_body(self, seq: int) -> bytes | None:
         """The body kept in row ``seq`` (``INLINE_BLOB``); None once the row is final or gone."""
@@ -197,7 +100,7 @@ class Journal(DestageMoves):
             return None
         with self.sessions() as s:
             r = s.get(ObjectVersion, newest[0])
-        return _row(r) if r is not None else None
+        return version_row(r) if r is not None else None
 
     def has_dirty(self, bucket: str, key: str) -> bool:
         """Whether any row of the key is not on the remote yet: a write of the key in any mode
@@ -210,7 +113,7 @@ class Journal(DestageMoves):
         with self.sessions() as s:
             r = s.scalars(select(ObjectVersion).where(ObjectVersion.bucket == bucket, ObjectVersion.key == key)
                           .order_by(ObjectVersion.seq.desc()).limit(1)).first()
-            return _row(r) if r is not None else None
+            return version_row(r) if r is not None else None
 
     def dirty_under(self, bucket: str, prefix: str, after: str | None, limit: int) -> list[VersionRow]:
         """Newest dirty row per key under a prefix, keys after ``after``, in key order."""
@@ -227,7 +130,7 @@ class Journal(DestageMoves):
         if after:
             stmt = stmt.where(ObjectVersion.key > after)
         with self.sessions() as s:
-            return [_row(r) for r in s.scalars(stmt.limit(limit)) if r.key.startswith(prefix)][:limit]
+            return [version_row(r) for r in s.scalars(stmt.limit(limit)) if r.key.startswith(prefix)][:limit]
 
     def versions(self, bucket: str, prefix: str = "", limit: int = 1000) -> list[VersionRow]:
         """All journal rows under a prefix, newest first (durability report)."""
@@ -236,7 +139,7 @@ class Journal(DestageMoves):
                     .order_by(ObjectVersion.seq.desc()).limit(limit))
             if prefix:
                 stmt = stmt.where(ObjectVersion.key >= prefix, ObjectVersion.key < prefix + "\U0010ffff")
-            return [_row(r) for r in s.scalars(stmt)]
+            return [version_row(r) for r in s.scalars(stmt)]
 
     def has_bucket(self, bucket: str) -> bool:
         """Whether any write to this bucket was ever journaled (so the remote accepted it once)."""
