@@ -105,6 +105,6 @@ def build(tmp_path: Path, remote: InMemoryRemote, *, mode: str = "write-back",
 async def fills_settled(cache: ReadCache, timeout: float = 10.0) -> None:
     """Until no fill of this process is running (a reader may finish before its fill publishes)."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while cache._inflight and asyncio.get_running_loop().time() < deadline:
+    while cache.inflight and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
-    assert not cache._inflight
+    assert not cache.inflight

@@ -108,7 +108,7 @@ def test_a_stream_begun_before_its_blocks_are_deleted_serves_the_old_bytes(tmp_p
         async for chunk in stream:
             body += chunk
             if len(body) == BLOCK:
-                cache._drop_sync(entry)  # the entry replaced/dropped: every block deleted
+                cache.drop_now(entry)  # the entry replaced/dropped: every block deleted
                 assert not any(cache.store.has(n, BLOCK) for n in names)
         return bytes(body)
 

@@ -113,7 +113,7 @@ def test_an_eviction_by_another_worker_is_seen_by_the_next_get(tmp_path: Path) -
     entry = svc.cache.index.get("b", "k")
     assert entry is not None
     for i in range(entry.blocks):
-        svc.cache.store.delete(svc.cache._name(entry, i))
+        svc.cache.store.delete(svc.cache.block_file(entry, i))
     in_other_process(tmp_path, "ix = CacheIndex(make_engine(url), 'unit'); ix.remove(ix.get('b', 'k'))")
     assert svc.cache.index.get("b", "k") is None
     assert asyncio.run(svc.get("b", "k")) == b"1" * 4096

@@ -78,25 +78,25 @@ class CacheBase:
         self.revalidate_interval = revalidate_interval
         self.limiter = anyio.CapacityLimiter(64)
         self.fetch_limiter = anyio.CapacityLimiter(fetch_concurrency)
-        self._inflight: dict[str, Fill] = {}
-        self._discovering: dict[tuple[str, str], asyncio.Future[Entry | None]] = {}
+        self.inflight: dict[str, Fill] = {}
+        self.discovering: dict[tuple[str, str], asyncio.Future[Entry | None]] = {}
         # When each running discovery began: a reader may share it only if no write came since.
-        self._discovery_began: weakref.WeakKeyDictionary[asyncio.Future[Entry | None], float] = (
+        self.discovery_began: weakref.WeakKeyDictionary[asyncio.Future[Entry | None], float] = (
             weakref.WeakKeyDictionary())
         self._touches: dict[int, tuple[float, int]] = {}
-        self._added_since_check = 0
-        self._evicting = False
-        self._tasks: list[asyncio.Task[Any]] = []
+        self.added_since_check = 0
+        self.evicting = False
+        self.tasks: list[asyncio.Task[Any]] = []
         # Conditional HEADs in flight per entry id: serve-stale readers share one, and may leave it.
-        self._revalidating: dict[int, asyncio.Future[tuple[Entry | None, str]]] = {}
+        self.revalidating: dict[int, asyncio.Future[tuple[Entry | None, str]]] = {}
         self.scrub = Scrub(store)  # checks block bytes in the background; hits check only headers
         # Every object read's key and size, for the miss-ratio curves (None: one of its own).
         self.sizing = sizing if sizing is not None else SizingRecorder(budget_bytes, dirty_bytes)
         # Whether a miss that needs room is cached (admission.py): counts of every read.
-        self.admission = FrequencyAdmission(index, policies, dirty_bytes, budget_bytes, self._drop_sync)
+        self.admission = FrequencyAdmission(index, policies, dirty_bytes, budget_bytes, self.drop_now)
         # What reads predict, fetched ahead (prefetch.py); ``prefetch_bytes`` 0: nothing is.
-        self.prefetch = Prefetcher(self.remote.list_objects, self._prefetch_verdict, self._warm_ahead, self._run,
-                                   self._spawn, ahead_bytes=prefetch_bytes, parallel=prefetch_parallel)
+        self.prefetch = Prefetcher(self.remote.list_objects, self._prefetch_verdict, self._warm_ahead, self.run,
+                                   self.spawn, ahead_bytes=prefetch_bytes, parallel=prefetch_parallel)
         self._build_parts()
 
     def _build_parts(self) -> None:
@@ -108,7 +108,7 @@ class CacheBase:
         entry = self.index.get(bucket, obj.key)
         if entry is not None and entry.state == CacheState.READY and entry.etag == obj.etag:
             return None
-        if (bucket, obj.key) in self._discovering:
+        if (bucket, obj.key) in self.discovering:
             return None
         if policy.admission == "second-hit" or self.eviction.disk_low():
             return False
@@ -117,27 +117,27 @@ class CacheBase:
     async def _warm_ahead(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
         return await self.warm(bucket, key, policy, tenant_id)
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
-    def _spawn(self, work: Awaitable[Any]) -> None:
+    def spawn(self, work: Awaitable[Any]) -> None:
         """Run ``work`` on the loop without anyone awaiting it; ``stop`` cancels what is left."""
         task = asyncio.ensure_future(work)
-        self._tasks.append(task)
-        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        self.tasks.append(task)
+        task.add_done_callback(lambda t: self.tasks.remove(t) if t in self.tasks else None)
 
-    def _background(self, fn: Callable[..., Any], *args: Any) -> None:
+    def background(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn`` in a thread without anyone waiting for it (on the event loop)."""
         async def run() -> None:
             try:
-                await self._run(fn, *args)
+                await self.run(fn, *args)
             except Exception:
                 log.exception("cache background task %s failed", getattr(fn, "__name__", fn))
 
-        self._spawn(run())
+        self.spawn(run())
 
     @staticmethod
-    def _name(entry: Entry, index: int) -> str:
+    def block_file(entry: Entry, index: int) -> str:
         return block_name(entry.bucket, entry.key, entry.etag, index, entry.block_size)
 
     def _touch(self, entry: Entry) -> None:
@@ -146,17 +146,17 @@ class CacheBase:
         self._touches[entry.id] = (time.time(), hits + 1)
 
     async def drop(self, entry: Entry) -> None:
-        await self._run(self._drop_sync, entry)
+        await self.run(self.drop_now, entry)
 
-    def _drop_sync(self, entry: Entry) -> int:
+    def drop_now(self, entry: Entry) -> int:
         if not self.index.remove(entry):
             return 0
-        return self._delete_blocks(entry)
+        return self.delete_blocks(entry)
 
-    def _delete_blocks(self, entry: Entry) -> int:
+    def delete_blocks(self, entry: Entry) -> int:
         if not entry.size:
             return 0
-        return sum(self.store.delete(self._name(entry, i)) for i in range(entry.blocks))
+        return sum(self.store.delete(self.block_file(entry, i)) for i in range(entry.blocks))
 
     def flush_touches(self) -> None:
         """Write the buffered access times (eviction reads them: flushed before it runs)."""

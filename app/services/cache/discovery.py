@@ -32,33 +32,33 @@ class Discovery:
         ``gate``: a new key passes frequency admission (admission.py) before it is kept; staging
         does not ask."""
         k = (bucket, key)
-        running = self.cache._discovering.get(k)
+        running = self.cache.discovering.get(k)
         if running is not None and running.done() and running.exception() is None:
             shared = running.result()
             if isinstance(shared, PendingEntry) and shared.recording and shared.recording.failed:
                 running = None  # its fetch failed (the loop has not heard yet): discover afresh
         if running is not None:
-            began = self.cache._discovery_began.get(running)
-            if began is not None and await self.cache._run(self.cache.index.changed_since, bucket, key, began):
+            began = self.cache.discovery_began.get(running)
+            if began is not None and await self.cache.run(self.cache.index.changed_since, bucket, key, began):
                 # A write (or its destage) came after that discovery began: the version it
                 # fetched may be the older one, which this reader must not be served. It reads
                 # the remote directly; the running discovery's row is refused by put_ready.
                 return None
             return await asyncio.shield(running)
         future: asyncio.Future[Entry | None] = asyncio.get_running_loop().create_future()
-        self.cache._discovering[k] = future
-        self.cache._discovery_began[future] = time.time()
+        self.cache.discovering[k] = future
+        self.cache.discovery_began[future] = time.time()
         try:
             entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole, gate)
         except BaseException as exc:
-            self.cache._discovering.pop(k, None)
+            self.cache.discovering.pop(k, None)
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning when nobody waits
             raise
         future.set_result(entry)
         rec = entry.recording if isinstance(entry, PendingEntry) else None
         if rec is None or rec.settled.is_set():
-            self.cache._discovering.pop(k, None)
+            self.cache.discovering.pop(k, None)
         # else: later readers here share the pending entry until its row is written
         # (_discovery_settled), instead of discovering the object again.
         return entry
@@ -74,11 +74,11 @@ class Discovery:
             entry = self.cache.index.put_ready(rec.meta, rec.bucket, rec.block_size, rec.tenant_id, rec.pinned,
                                                rec.started, rec.cached_bytes + block_bytes)
             if rec.replaced is not None:
-                self.cache._delete_blocks(rec.replaced)
+                self.cache.delete_blocks(rec.replaced)
         finally:
             self.release_discovery(rec, entry.id if entry is not None else None, loop)
         if entry is not None and rec.ranged:
-            loop.call_soon_threadsafe(self.cache._background, self._complete_checksums, entry)
+            loop.call_soon_threadsafe(self.cache.background, self._complete_checksums, entry)
         return entry
 
     def _complete_checksums(self, entry: Entry) -> None:
@@ -99,11 +99,11 @@ class Discovery:
 
     def _discovery_settled(self, rec: Recording) -> None:
         k = (rec.bucket, rec.meta.key)
-        future = self.cache._discovering.get(k)
+        future = self.cache.discovering.get(k)
         if future is not None and future.done() and not future.cancelled() and future.exception() is None:
             entry = future.result()
             if isinstance(entry, PendingEntry) and entry.recording is rec:
-                self.cache._discovering.pop(k, None)
+                self.cache.discovering.pop(k, None)
 
     async def _discover_locked(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
                                tenant_id: int | None, whole: bool, gate: bool) -> Entry | None:
@@ -122,7 +122,7 @@ class Discovery:
         try:
             # A point lookup: inline on the raw SQLite connection, a thread otherwise.
             old = (self.cache.index.get(bucket, key) if self.cache.index.lookups is not None
-                   else await self.cache._run(self.cache.index.get, bucket, key))
+                   else await self.cache.run(self.cache.index.get, bucket, key))
             if old is not None and old.state == CacheState.READY and (
                     old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
                 return old  # another process discovered it while we waited
@@ -137,15 +137,15 @@ class Discovery:
                             old if old is not None and not same else None,
                             ranged=not whole and not meta.checksums and meta.size > 0)
             # A key the cache holds no row of is a newcomer: kept only if admission says so.
-            rec.refused = gate and old is None and not await self.cache._run(
+            rec.refused = gate and old is None and not await self.cache.run(
                 self.cache.admission.decide, bucket, key, meta.size, policy)
             if rec.refused:
                 self.cache.admission.remember_refused(bucket, key, meta.size)
             entry = rec.provisional()
-            name = self.cache._name(entry, index)
+            name = self.cache.block_file(entry, index)
             length = entry.block_length(index)
             store = self.cache.store
-            if (body is not None and length > 0 and name not in self.cache._inflight and not store.has(name, length)
+            if (body is not None and length > 0 and name not in self.cache.inflight and not store.has(name, length)
                     and store.try_lock(name)):
                 self.cache.filling.start_fill(entry, index, name, length, body)  # it writes the row
                 handed_off = True
@@ -153,7 +153,7 @@ class Discovery:
             if body is not None:
                 body.close()
             handed_off = True
-            return await self.cache._run(self.settle, rec, 0, asyncio.get_running_loop())
+            return await self.cache.run(self.settle, rec, 0, asyncio.get_running_loop())
         finally:
             if not handed_off:
                 self.cache.store.unlock(lock)
@@ -166,7 +166,7 @@ class Discovery:
         if old.state == CacheState.READY:
             return old.cached_bytes
         return sum(old.block_length(i) for i in range(old.blocks)
-                   if self.cache.store.has(self.cache._name(old, i), old.block_length(i)))
+                   if self.cache.store.has(self.cache.block_file(old, i), old.block_length(i)))
 
     async def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
         """One GET of block ``index``: the metadata from its headers, the body for the block.
@@ -176,15 +176,15 @@ class Discovery:
         first block of that stream and drops the connection if the object is larger.
         """
         if whole:
-            return await self.cache._run(self.cache.source.get_object, bucket, key, None)
+            return await self.cache.run(self.cache.source.get_object, bucket, key, None)
         first, size = index * self.cache.block_size, self.cache.block_size
         try:
-            return await self.cache._run(self.cache.source.get_object, bucket, key, f"bytes={first}-{first + size - 1}")
+            return await self.cache.run(self.cache.source.get_object, bucket, key, f"bytes={first}-{first + size - 1}")
         except S3Error as err:
             if err.code != "InvalidRange":
                 raise
         # Empty object, or a range past the end: the whole object tells its size.
-        meta, body = await self.cache._run(self.cache.source.get_object, bucket, key, None)
+        meta, body = await self.cache.run(self.cache.source.get_object, bucket, key, None)
         if meta.size > self.cache.block_size:
             body.close()
             return meta, None

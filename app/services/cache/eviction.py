@@ -38,20 +38,20 @@ class Eviction:
         return True
 
     def schedule_eviction(self) -> None:
-        if self.cache._evicting:
+        if self.cache.evicting:
             return
-        self.cache._evicting = True
-        self.cache._added_since_check = 0
+        self.cache.evicting = True
+        self.cache.added_since_check = 0
 
         async def run() -> None:
             try:
-                await self.cache._run(self.enforce_limits)
+                await self.cache.run(self.enforce_limits)
             except Exception:
                 log.exception("cache eviction failed")
             finally:
-                self.cache._evicting = False
+                self.cache.evicting = False
 
-        self.cache._spawn(run())
+        self.cache.spawn(run())
 
     def enforce_limits(self) -> int:
         """Evict until every tenant is within quota, every bucket within its policy's quota and
@@ -97,7 +97,7 @@ class Eviction:
                 after = (entry.last_access, entry.id)
                 if self.cache.policies.for_key(entry.bucket, entry.key).pinned:
                     continue
-                dropped = self.cache._drop_sync(entry)
+                dropped = self.cache.drop_now(entry)
                 if dropped or entry.cached_bytes:
                     entries += 1
                     freed += max(dropped, entry.cached_bytes)
@@ -118,7 +118,7 @@ class Eviction:
             if not batch:
                 break
             for entry in batch:
-                freed += self.cache._drop_sync(entry)
+                freed += self.cache.drop_now(entry)
                 entries += 1
             after = batch[-1].key
         metrics.evicted("operator", entries, freed)

@@ -209,7 +209,7 @@ class Filling:
         except BaseException:
             self.cache.store.unlock(name)
             raise
-        self.cache._inflight[name] = fill
+        self.cache.inflight[name] = fill
         job = FillJob(entry, index, fill, loop, body)
         if isinstance(entry, PendingEntry) and body is not None:
             job.rec = entry.recording
@@ -224,7 +224,7 @@ class Filling:
             elif job.expected:
                 job.digest = new_checksum(job.expected[0])
         fill.holds_last = job.digest is not None
-        self.cache._spawn(anyio.to_thread.run_sync(self._run_fill, job, limiter=self.cache.fetch_limiter))
+        self.cache.spawn(anyio.to_thread.run_sync(self._run_fill, job, limiter=self.cache.fetch_limiter))
         return fill
 
     def _run_fill(self, job: FillJob) -> None:
@@ -359,10 +359,10 @@ class Filling:
 
     def _fill_done(self, fill: Fill, error: BaseException | None) -> None:
         """On the loop: the fill is no longer followable; check limits now and then."""
-        self.cache._inflight.pop(fill.name, None)
+        self.cache.inflight.pop(fill.name, None)
         fill.finish(error)
         if error is None:
-            self.cache._added_since_check += fill.length
+            self.cache.added_since_check += fill.length
             # Check limits after each 1% of the budget, and at least every 32 MiB: quotas are smaller.
-            if self.cache._added_since_check >= max(self.cache.block_size, min(self.cache.budget_bytes // 100, 32 * 1024 * 1024)):
+            if self.cache.added_since_check >= max(self.cache.block_size, min(self.cache.budget_bytes // 100, 32 * 1024 * 1024)):
                 self.cache.eviction.schedule_eviction()

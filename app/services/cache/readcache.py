@@ -107,7 +107,7 @@ class ReadCache(CacheBase):
     async def current(self, bucket: str, key: str, policy: Policy, known: Any = LOOKUP) -> tuple[Entry | None, str]:
         """The entry to serve and why ('hit', 'stale'), or (None, 'miss') when the remote must be read.
         ``known``: the index row the caller already looked up (None: there is none; LOOKUP: ask)."""
-        entry = await self._run(self.index.get, bucket, key) if known is LOOKUP else known
+        entry = await self.run(self.index.get, bucket, key) if known is LOOKUP else known
         if entry is None or entry.state != CacheState.READY:
             return None, "miss"
         if policy.is_fresh(entry.validated_at, time.time()):
@@ -120,7 +120,7 @@ class ReadCache(CacheBase):
         if entry is not None:
             self._touch(entry)
             return entry.meta
-        return await self._run(self.remote.head_object, bucket, key)
+        return await self.run(self.remote.head_object, bucket, key)
 
     # ---- reads -------------------------------------------------------------------------------
     async def read(self, bucket: str, key: str, wanted: RangeRequest, policy: Policy,
@@ -146,13 +146,13 @@ class ReadCache(CacheBase):
         entry, outcome = await self.current(bucket, key, policy, known)
         if entry is None:
             if self.disk_low() or (policy.admission == "second-hit"
-                                   and not await self._run(self.index.mark_seen, bucket, key, tenant_id)):
+                                   and not await self.run(self.index.mark_seen, bucket, key, tenant_id)):
                 _outcome("miss", bucket, tenant_id)
                 return None
             gate = True
             refused = self.admission.refused_size(bucket, key)
             if refused is not None:  # refused a moment ago: judged again with no GET to learn its size
-                if not await self._run(self.admission.decide, bucket, key, refused, policy):
+                if not await self.run(self.admission.decide, bucket, key, refused, policy):
                     self.admission.remember_refused(bucket, key, refused)
                     _outcome("miss", bucket, tenant_id)
                     return None  # read through, exactly the range asked for
@@ -208,7 +208,7 @@ class ReadCache(CacheBase):
             if entry is None:
                 return 0
         blocks = range(entry.blocks) if entry.size else range(0)
-        missing = [i for i in blocks if not self.store.has(self._name(entry, i), entry.block_length(i))]
+        missing = [i for i in blocks if not self.store.has(self.block_file(entry, i), entry.block_length(i))]
         sem = asyncio.Semaphore(self.fetch_concurrency)
 
         async def one(index: int) -> None:
@@ -222,7 +222,7 @@ class ReadCache(CacheBase):
     # ---- invalidation ------------------------------------------------------------------------
     async def invalidate(self, bucket: str, key: str) -> None:
         """A write through the gateway replaced the key: no node serves the old version again."""
-        await self._run(self.index.invalidate, bucket, key)
+        await self.run(self.index.invalidate, bucket, key)
 
     def usage(self) -> dict[str, Any]:
         out = self.index.usage()
@@ -244,7 +244,7 @@ class ReadCache(CacheBase):
             return  # another worker process of this node is doing it
         try:
             for entry in self.index.invalid_entries():
-                self._delete_blocks(entry)
+                self.delete_blocks(entry)
                 self.index.remove(entry)
             now = time.time()
             self.index.expire_tombstones(now - TOMBSTONE_SECONDS, now - SEEN_SECONDS)
@@ -254,13 +254,13 @@ class ReadCache(CacheBase):
             self.store.unlock("f" * 64)
 
     async def start(self) -> None:
-        await self._run(self.store.clear_stale_tmp, 600.0)
-        await self._run(self.sweep_retired)  # retired by an earlier run, past their grace
+        await self.run(self.store.clear_stale_tmp, 600.0)
+        await self.run(self.sweep_retired)  # retired by an earlier run, past their grace
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
+        for task in list(self.tasks):
             task.cancel()
-        for task in list(self._tasks):
+        for task in list(self.tasks):
             with contextlib.suppress(BaseException):
                 await task
-        await self._run(self.flush_touches)
+        await self.run(self.flush_touches)

@@ -59,13 +59,13 @@ class Revalidation:
         not answered within ``STALE_WAIT`` and let the HEAD finish in the background."""
         if not policy.serve_stale:
             return await self._check(entry, bucket, key, policy)
-        running = self.cache._revalidating
+        running = self.cache.revalidating
         task = running.get(entry.id)
         if task is None:
             task = asyncio.ensure_future(self._check(entry, bucket, key, policy))
             running[entry.id] = task
-            self.cache._tasks.append(task)  # stop() cancels what is left
-            task.add_done_callback(functools.partial(_settled, running, self.cache._tasks, entry.id))
+            self.cache.tasks.append(task)  # stop() cancels what is left
+            task.add_done_callback(functools.partial(_settled, running, self.cache.tasks, entry.id))
         await asyncio.wait({task}, timeout=STALE_WAIT)
         if task.done():
             return task.result()
@@ -77,11 +77,11 @@ class Revalidation:
         drops it ('miss'); a deleted object drops it and raises; a remote error gives 'stale' if
         the policy serves stale, else ServiceUnavailable."""
         try:
-            meta = await self.cache._run(self._conditional_head, bucket, key, entry.etag)
+            meta = await self.cache.run(self._conditional_head, bucket, key, entry.etag)
         except S3Error as err:
             if err.code == "NotModified":
                 metrics.revalidated("unchanged")
-                await self.cache._run(self.cache.index.validated, [entry.id])
+                await self.cache.run(self.cache.index.validated, [entry.id])
                 return entry, "hit"
             if err.code in ("NoSuchKey", "NoSuchBucket"):
                 metrics.revalidated("deleted")
@@ -96,7 +96,7 @@ class Revalidation:
             raise
         if meta.etag == entry.etag:  # the remote ignored If-None-Match
             metrics.revalidated("unchanged")
-            await self.cache._run(self.cache.index.validated, [entry.id])
+            await self.cache.run(self.cache.index.validated, [entry.id])
             return entry, "hit"
         metrics.revalidated("changed")
         await self.cache.drop(entry)
@@ -140,7 +140,7 @@ class Revalidation:
                     if result == "unchanged":
                         fresh.append(entry.id)
                     else:
-                        self.cache._drop_sync(entry)
+                        self.cache.drop_now(entry)
                     pos += 1
                 self.cache.index.validated(fresh)
 

@@ -36,7 +36,7 @@ class Serving:
         segments = []
         opener = self.cache.store.open_file  # a block deleted later is still found (retired)
         for idx in range(first // size, last // size + 1):
-            name = self.cache._name(entry, idx)
+            name = self.cache.block_file(entry, idx)
             length = entry.block_length(idx)
             if self.cache.store.size_of(name) != length:
                 return None
@@ -54,7 +54,7 @@ class Serving:
         idx = first // size
         if last < first or last // size != idx or entry.block_length(idx) > SMALL_HIT:
             return None
-        name = self.cache._name(entry, idx)
+        name = self.cache.block_file(entry, idx)
         data = self.cache.store.read_small(name, SMALL_HIT)
         if data is None or len(data) != entry.block_length(idx):
             return None
@@ -82,7 +82,7 @@ class Serving:
         def fetch_ahead(lo: int, hi: int) -> None:
             for ahead in range(lo, min(b1, hi) + 1):
                 if ahead not in pending and not self.cache.store.servable(
-                        self.cache._name(entry, ahead), entry.block_length(ahead), since=began):
+                        self.cache.block_file(entry, ahead), entry.block_length(ahead), since=began):
                     pending[ahead] = asyncio.ensure_future(self.acquire(entry, ahead))
 
         # Readahead starts once the first chunk is on its way: started earlier, its requests
@@ -101,7 +101,7 @@ class Serving:
                     # a drop, an eviction, in any process) is found retired; one gone from both
                     # is fetched again.
                     try:
-                        source = self.cache.store.open_block(self.cache._name(entry, idx))
+                        source = self.cache.store.open_block(self.cache.block_file(entry, idx))
                     except FileNotFoundError:
                         source, _ = await self.acquire(entry, idx)
                 chunks = (self._serve(source, start, end, file_ranges) if isinstance(source, Fill)
@@ -158,7 +158,7 @@ class Serving:
     async def acquire(self, entry: Entry, index: int) -> tuple[Any, bool]:
         """A source for block ``index``: its file path, or the Fill that is fetching it. The flag
         tells whether this call started the fetch."""
-        name = self.cache._name(entry, index)
+        name = self.cache.block_file(entry, index)
         length = entry.block_length(index)
         waited_since: float | None = None
         delay = LOCK_POLL
@@ -167,7 +167,7 @@ class Serving:
                 if waited_since is not None:
                     metrics.singleflight_waited(time.monotonic() - waited_since)
                 return self.cache.store.path(name), False
-            fill = self.cache._inflight.get(name)
+            fill = self.cache.inflight.get(name)
             if fill is not None:
                 metrics.singleflight_waited(0.0)
                 return fill, False
