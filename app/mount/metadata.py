@@ -1,6 +1,11 @@
 """What the mount knows of the gateway's names: bucket lists, directory listings and file stats,
 each kept for ``cache_seconds`` (the documented delay before a change made through S3 shows),
-and dropped at once where this mount made the change."""
+and dropped at once where this mount made the change.
+
+A directory is listed once however many callers want it at the same moment (``ls -l`` and the
+kernel's lookups of its names wait for the one listing), and a listing of a small tree fills
+the listings of every directory below it (app/mount/listing.py), each as fresh as that request.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pyfuse3
+import trio
 
 from app.mount.inodes import ROOT, Where, child, parent_of
+from app.mount.listing import Lister
 from app.mount.objects import FileStat, GatewayObjects, Listing
 
 Call = Callable[..., Awaitable[Any]]  # runs a blocking GatewayObjects call in a thread
@@ -25,6 +32,9 @@ class Metadata:
         self.only_bucket = only_bucket
         self._listings: dict[Where, tuple[float, Listing]] = {}
         self._stats: dict[Where, tuple[float, FileStat | None]] = {}
+        self.lister = Lister(objects)
+        self._listing_now: dict[Where, trio.Lock] = {}  # one listing of a directory at a time
+        self._large: set[Where] = set()  # directories whose tree did not fit one page: listed by level
 
     def _fresh(self, at: float) -> bool:
         return time.monotonic() - at < self.cache_seconds
@@ -56,12 +66,32 @@ class Metadata:
         cached = self.fresh_listing(where)
         if cached is not None:
             return cached
-        listing: Listing = await self.call(self.objects.list_dir, where[0], where[1])
+        lock = self._listing_now.setdefault(where, trio.Lock())
+        async with lock:
+            cached = self.fresh_listing(where)  # listed while this caller waited
+            if cached is not None:
+                return cached
+            bucket, prefix = where
+            listings, whole = await self.call(self.lister.directory, bucket, prefix, whole=where not in self._large)
+        if not lock.locked() and not lock.statistics().tasks_waiting:
+            self._listing_now.pop(where, None)
+        if not whole:
+            self._mark_large(where)
         now = time.monotonic()
-        self._listings[where] = (now, listing)
+        for below, listing in listings.items():
+            self._keep((bucket, below), listing, now)
+        return listings[prefix]
+
+    def _keep(self, where: Where, listing: Listing, at: float) -> None:
+        self._listings[where] = (at, listing)
         for name, found in listing.files.items():
-            self._stats[child(where, name, directory=False)] = (now, found)
-        return listing
+            self._stats[child(where, name, directory=False)] = (at, found)
+
+    def _mark_large(self, where: Where) -> None:
+        """A tree too large for one page: so are the trees that hold it."""
+        while where != ROOT and where not in self._large:
+            self._large.add(where)
+            where = parent_of(where)
 
     async def file_stat(self, where: Where) -> FileStat | None:
         cached = self._stats.get(where)
