@@ -79,7 +79,7 @@ class FerryFS(pyfuse3.Operations):
         if writer is not None:
             return self._attrs(where, self.meta.known(where), size=writer[0].size)
         bucket, key = where
-        cached = self.meta.fresh_listing(parent_of(where))
+        cached = self.meta.fresh_listing(parent_of(where)) or await self.meta.relisted(parent_of(where))
         if cached is not None:
             name = key.rsplit("/", 1)[-1]
             if name in cached.dirs:
@@ -88,7 +88,7 @@ class FerryFS(pyfuse3.Operations):
                 return self._attrs(where, cached.files[name])
             raise fail(errno.ENOENT)
         try:
-            is_prefix = await self._call(self.objects.has_under, bucket, f"{key}/")
+            is_prefix = await self.meta.shared(self.objects.has_under, bucket, f"{key}/")
         except pyfuse3.FUSEError as exc:
             # A listing is the remote's: while it is out, a file the gateway knows (buffered on any
             # node) still resolves by its HEAD.

@@ -50,7 +50,7 @@ def _raise(exc: ClientError) -> None:
     raise ObjectError(str(err.get("Code", "")), str(err.get("Message", ""))) from exc
 
 
-def _error_code(document: bytes) -> str:
+def error_code(document: bytes) -> str:
     found = re.search(rb"<Code>([^<]+)</Code>", document)
     return found.group(1).decode() if found else ""
 
@@ -94,22 +94,10 @@ class GatewayObjects:
             _raise(exc)
             raise
 
-    def list_dir(self, bucket: str, prefix: str) -> Listing:
-        """Every key one level under ``prefix`` ('' or ending in '/'), as the gateway lists them
-        (buffered writes merged in); the prefix's own folder marker is not an entry."""
-        dirs: list[str] = []
-        files: dict[str, FileStat] = {}
-        try:
-            for page in self.client.get_paginator("list_objects_v2").paginate(
-                    Bucket=bucket, Prefix=prefix, Delimiter="/"):
-                dirs.extend(p["Prefix"][len(prefix):-1] for p in page.get("CommonPrefixes", []))
-                for item in page.get("Contents", []):
-                    name = item["Key"][len(prefix):]
-                    if name:
-                        files[name] = _stat(item["Size"], item["LastModified"], item.get("ETag", ""))
-        except ClientError as exc:
-            _raise(exc)
-        return Listing(dirs, files)
+    @staticmethod
+    def retries() -> urllib3.Retry:
+        """For reads: a connection the gateway closed, or a refused one, is tried again."""
+        return urllib3.Retry(3, backoff_factor=0.2)
 
     def stat(self, bucket: str, key: str) -> FileStat | None:
         try:
@@ -136,7 +124,7 @@ class GatewayObjects:
         ``readinto`` into one buffer: no copies of the body in Python."""
         url = self.client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key},
                                                  ExpiresIn=300)
-        resp = self.pool.request("GET", url, preload_content=False, retries=urllib3.Retry(3, backoff_factor=0.2),
+        resp = self.pool.request("GET", url, preload_content=False, retries=self.retries(),
                                  headers={"Range": f"bytes={start}-{start + length - 1}", "If-Match": f'"{etag}"'})
         try:
             if resp.status == 412:
@@ -144,7 +132,7 @@ class GatewayObjects:
             if resp.status == 416:
                 return bytearray()
             if resp.status not in (200, 206):
-                code = _error_code(resp.read())
+                code = error_code(resp.read())
                 raise ObjectError(code or str(resp.status), f"GET {bucket}/{key}")
             buf = bytearray(length)
             view = memoryview(buf)
@@ -185,7 +173,7 @@ class GatewayObjects:
                                  retries=urllib3.Retry(total=5, backoff_factor=0.5, allowed_methods=None,
                                                        status_forcelist=(500, 502, 503, 504)))
         if resp.status != 200:
-            raise ObjectError(_error_code(resp.data) or str(resp.status), "PUT")
+            raise ObjectError(error_code(resp.data) or str(resp.status), "PUT")
         return str(resp.headers.get("ETag", ""))
 
     def _put_multipart(self, bucket: str, key: str, fd: int, size: int) -> None:

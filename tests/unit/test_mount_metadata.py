@@ -66,3 +66,50 @@ def test_a_denied_listing_is_not_answered_from_the_last_one() -> None:
         trio.run(meta.buckets)
     assert caught.value.errno == errno.EACCES
     assert ROOT in meta._listings  # kept for the next outage
+
+
+def test_concurrent_identical_requests_share_one_answer() -> None:
+    calls: list[str] = []
+
+    async def slow_call(fn: Any, *args: Any) -> Any:
+        calls.append(fn.__name__)
+        await trio.sleep(0.05)
+        return fn(*args)
+
+    gateway = _Gateway()
+    meta = Metadata(gateway, slow_call, cache_seconds=0.0, only_bucket=None)  # type: ignore[arg-type]
+    answers: list[list[str]] = []
+
+    async def many() -> None:
+        async def one() -> None:
+            answers.append(await meta.buckets())
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(one)
+
+    trio.run(many)
+    assert calls == ["buckets"] and answers == [["a", "b"]] * 5
+
+
+def test_a_shared_failure_reaches_every_waiter() -> None:
+    async def failing(fn: Any, *args: Any) -> Any:
+        await trio.sleep(0.05)
+        raise pyfuse3.FUSEError(errno.EACCES)
+
+    meta = Metadata(_Gateway(), failing, cache_seconds=0.0, only_bucket=None)  # type: ignore[arg-type]
+    failed: list[int] = []
+
+    async def many() -> None:
+        async def one() -> None:
+            try:
+                await meta.shared(meta.objects.buckets)
+            except pyfuse3.FUSEError as exc:
+                failed.append(exc.errno)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(one)
+
+    trio.run(many)
+    assert failed == [errno.EACCES] * 3

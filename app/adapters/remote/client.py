@@ -5,11 +5,14 @@ destage lease fence)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.handlers import validate_ascii_metadata
+from botocore.utils import parse_timestamp
 
 from app.adapters.remote import rawsig
 from app.domain import fencing
@@ -47,6 +50,7 @@ def make_client(cfg: RemoteConfig) -> Any:
         tcp_keepalive=True,
     )
     session = boto3.session.Session()
+    session._session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=fast_timestamp)
     client = session.client(
         "s3",
         endpoint_url=cfg.endpoint,
@@ -60,6 +64,19 @@ def make_client(cfg: RemoteConfig) -> Any:
     # A destage's write (or botocore's retry of it) never starts once its lease is over.
     client.meta.events.register("before-send.s3.*", _lease_fence, unique_id="ferry-lease-fence")
     return client
+
+
+def fast_timestamp(value: Any) -> datetime:
+    """S3's two timestamp forms (ISO 8601 in listings, RFC 1123 in headers) parsed by the
+    standard library; anything else by botocore's parser. botocore's default (dateutil) was 35%
+    of the gateway's CPU while it listed 10,000 keys (py-spy, issue 30)."""
+    if isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value) if "T" in value else parsedate_to_datetime(value)
+        except (ValueError, TypeError, IndexError):
+            return parse_timestamp(value)
+        return when if when.tzinfo else when.replace(tzinfo=UTC)
+    return parse_timestamp(value)
 
 
 def _lease_fence(**_: Any) -> None:
