@@ -23,7 +23,9 @@ from tests.support.databases import throwaway_database
 from tests.support.private_redis import PrivateRedis
 from tests.support.run_profile import copy_build_context, empty_venv
 
-pytestmark = pytest.mark.fleet
+# The fixture installs the run profile into a fresh venv (its own limit: 900 s); on a machine at load
+# average 10 that alone outlasted the suite-wide 300 s (pyproject), so this module has its own limit.
+pytestmark = [pytest.mark.fleet, pytest.mark.timeout(1200)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
