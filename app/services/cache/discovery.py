@@ -136,10 +136,16 @@ class Discovery:
                             self._carried_bytes(old) if old is not None and same else 0, lock,
                             old if old is not None and not same else None,
                             ranged=not whole and not meta.checksums and meta.size > 0)
-            # A key the cache holds no row of is a newcomer: kept only if admission says so.
-            rec.refused = gate and old is None and not await self.cache.run(
-                self.cache.admission.decide, bucket, key, meta.size, policy)
-            if rec.refused:
+            # A key the cache holds no row of is a newcomer. An owner's bytes read here for the
+            # first time are relayed, not kept (copies.py); else it is kept if admission says so.
+            relayed = gate and old is None and self.cache.copies.relay_only(
+                bucket, key, meta, bool(getattr(body, "from_peer", False)))
+            rec.relayed = relayed
+            rec.refused = relayed or (gate and old is None and not await self.cache.run(
+                self.cache.admission.decide, bucket, key, meta.size, policy))
+            if relayed:
+                metrics.peer_relayed()
+            elif rec.refused:
                 self.cache.admission.remember_refused(bucket, key, meta.size)
             entry = rec.provisional()
             name = self.cache.block_file(entry, index)

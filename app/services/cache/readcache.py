@@ -34,6 +34,7 @@ from app.domain.policy import Policy
 from app.domain.ranges import ByteRange, RangeRequest
 from app.domain.states import CacheState
 from app.services.cache.base import CacheBase
+from app.services.cache.copies import PeerCopies
 from app.services.cache.discovery import Discovery
 from app.services.cache.eviction import Eviction
 from app.services.cache.fill import Fill, Filling
@@ -77,7 +78,7 @@ class ReadCache(CacheBase):
     """The facade over the cache's state (base.py): current/head/read/warm/invalidate, usage, and
     the background upkeep. The parts, each a plain class holding the state: serve.py (Serving),
     fill.py (Filling), discovery.py (Discovery), eviction.py (Eviction), revalidation.py
-    (Revalidation), orphans.py (Orphans); scrub.py and prefetch.py are the state's own helpers."""
+    (Revalidation), orphans.py (Orphans), copies.py (PeerCopies); scrub.py and prefetch.py are the state's own helpers."""
 
     def _build_parts(self) -> None:
         self.serving = Serving(self)
@@ -86,6 +87,7 @@ class ReadCache(CacheBase):
         self.eviction = Eviction(self)
         self.revalidation = Revalidation(self)
         self.orphans = Orphans(self)
+        self.copies = PeerCopies(self, self.copy_reads)
         # What the chores, the admin API and the fleet's peers call.
         self.disk_low = self.eviction.disk_low
         self.enforce_limits = self.eviction.enforce_limits
