@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from app.domain.objects import ObjectMeta
+from app.domain.ranges import RangeRequest
 from app.domain.states import CacheState
 from app.services.cache.fill import RemoteBlockSource
 from tests.fakes.harness import Services, build, fills_settled, read_all
@@ -115,5 +116,22 @@ def test_copy_reads_1_keeps_every_peer_read(tmp_path: Path) -> None:
         svc, _, data = setup(tmp_path, BLOCK - 5, copy_reads=1)
         assert await read(svc) == data
         assert ready(svc)
+
+    asyncio.run(run())
+
+
+def test_a_small_relayed_object_is_served_from_memory_whole_or_in_a_range(tmp_path: Path) -> None:
+    """At most SMALL_RELAY bytes: read whole with the GET's headers and served from memory, no
+    fill and no file; the ranged read that follows is the second read and keeps it."""
+    async def run() -> None:
+        svc, remote, data = setup(tmp_path, 5000)
+        assert svc.cache is not None
+        opened = await svc.gateway.get_object("b", "k", RangeRequest.from_header("bytes=10-99"))
+        assert not svc.cache.inflight, "no fill was started"
+        assert await read_all(opened) == data[10:100]
+        assert block_files(tmp_path) == [] and svc.cache.index.get("b", "k") is None
+        assert await read(svc) == data
+        assert ready(svc)
+        assert remote.calls.count("GET b/k") == 2
 
     asyncio.run(run())

@@ -16,11 +16,16 @@ a key may be relayed once per worker before it is kept.
 
 from __future__ import annotations
 
+import io
+from typing import BinaryIO
+
+from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
 from app.services.cache.admission import sketch_key
 from app.services.cache.base import CacheBase
 
 OWNERS_LOOKED_AT = 64  # blocks whose owner is asked; an object of more is kept (some block is surely ours)
+SMALL_RELAY = 64 * 1024  # a peer's answer of at most this many bytes is read whole in the GET's thread
 
 
 class PeerCopies:
@@ -42,3 +47,29 @@ class PeerCopies:
         if not 0 < blocks <= OWNERS_LOOKED_AT:
             return False
         return all(self.cache.source.from_peer(bucket, key, i) for i in range(blocks))
+
+
+class SmallBody(io.BytesIO):
+    """A small peer answer read whole (``read_small``): still says where it came from."""
+
+    from_peer = True
+
+
+def read_small(body: BinaryIO, expected: int) -> BinaryIO:
+    """A peer's answer of at most ``SMALL_RELAY`` bytes, read whole in the thread that got its
+    headers (one thread hop for the lookup, the request and the bytes): a relay of it is then
+    served from memory, with no fill, no file and no second thread. Anything else is returned
+    as it is. A short answer raises (a partial object is never served)."""
+    if not getattr(body, "from_peer", False) or expected > SMALL_RELAY:
+        return body
+    parts, got = [], 0
+    try:
+        while got < expected:
+            chunk = body.read(expected - got)
+            if not chunk:
+                raise S3Error("ServiceUnavailable", f"the owner sent {got} of {expected} bytes")
+            parts.append(chunk)
+            got += len(chunk)
+    finally:
+        body.close()
+    return SmallBody(b"".join(parts))

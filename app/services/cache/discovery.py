@@ -16,6 +16,7 @@ from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
 from app.domain.states import CacheState
 from app.services.cache.base import LOCK_POLL, LOCK_POLL_MAX, CacheBase
+from app.services.cache.copies import SmallBody, read_small
 from app.services.cache.on_behalf import on_behalf_of
 from app.services.cache.recording import PendingEntry, Recording
 
@@ -148,6 +149,11 @@ class Discovery:
             elif rec.refused:
                 self.cache.admission.remember_refused(bucket, key, meta.size)
             entry = rec.provisional()
+            if relayed and isinstance(body, SmallBody):  # read whole with the GET: served from memory
+                rec.data = body.getvalue()
+                handed_off = True
+                self.settle(rec, 0, asyncio.get_running_loop())  # no row: releases the lock
+                return entry
             name = self.cache.block_file(entry, index)
             length = entry.block_length(index)
             store = self.cache.store
@@ -174,6 +180,14 @@ class Discovery:
         return sum(old.block_length(i) for i in range(old.blocks)
                    if self.cache.store.has(self.cache.block_file(old, i), old.block_length(i)))
 
+    def _get(self, bucket: str, key: str, byte_range: str | None, index: int) -> tuple[ObjectMeta, BinaryIO]:
+        """The source's GET (in a thread); a small object's whole answer from a peer is read here
+        too (copies.read_small), so relaying it takes no other thread."""
+        meta, body = self.cache.source.get_object(bucket, key, byte_range)
+        if index or meta.size > self.cache.block_size:
+            return meta, body
+        return meta, read_small(body, meta.size)
+
     async def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
         """One GET of block ``index``: the metadata from its headers, the body for the block.
 
@@ -182,10 +196,10 @@ class Discovery:
         first block of that stream and drops the connection if the object is larger.
         """
         if whole:
-            return await self.cache.run(self.cache.source.get_object, bucket, key, None)
+            return await self.cache.run(self._get, bucket, key, None, index)
         first, size = index * self.cache.block_size, self.cache.block_size
         try:
-            return await self.cache.run(self.cache.source.get_object, bucket, key, f"bytes={first}-{first + size - 1}")
+            return await self.cache.run(self._get, bucket, key, f"bytes={first}-{first + size - 1}", index)
         except S3Error as err:
             if err.code != "InvalidRange":
                 raise
