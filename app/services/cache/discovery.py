@@ -121,15 +121,12 @@ class Discovery:
             metrics.singleflight_waited(time.monotonic() - waited_since)
         handed_off = False  # True once the lock is the Recording's to release
         try:
-            # A point lookup: inline on the raw SQLite connection, a thread otherwise.
-            old = (self.cache.index.get(bucket, key) if self.cache.index.lookups is not None
-                   else await self.cache.run(self.cache.index.get, bucket, key))
-            if old is not None and old.state == CacheState.READY and (
-                    old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
-                return old  # another process discovered it while we waited
             index = (first_byte // self.cache.block_size) if first_byte is not None else 0
             with on_behalf_of(tenant_id):  # a peer that serves the block charges this tenant
-                meta, body = await self._fetch_first(bucket, key, index, whole)
+                old, fetched = await self.cache.run(self._look_and_fetch, bucket, key, index, whole, started, policy)
+            if fetched is None:
+                return old  # another process discovered it while we waited
+            meta, body = fetched
             if meta.size <= index * self.cache.block_size and meta.size:
                 index = 0
             same = old is not None and old.etag == meta.etag and old.block_size == self.cache.block_size
@@ -188,7 +185,17 @@ class Discovery:
             return meta, body
         return meta, read_small(body, meta.size)
 
-    async def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
+    def _look_and_fetch(self, bucket: str, key: str, index: int, whole: bool, started: float,
+                        policy: Policy) -> tuple[Entry | None, tuple[ObjectMeta, BinaryIO | None] | None]:
+        """In one thread (one hop, not two): the key's row read again under the lock, then,
+        unless another process discovered the version meanwhile (the row, and no GET), the GET."""
+        old = self.cache.index.get(bucket, key)
+        if old is not None and old.state == CacheState.READY and (
+                old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
+            return old, None
+        return old, self._fetch_first(bucket, key, index, whole)
+
+    def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
         """One GET of block ``index``: the metadata from its headers, the body for the block.
 
         A whole-object read asks without a Range, because only such an answer carries the
@@ -196,15 +203,15 @@ class Discovery:
         first block of that stream and drops the connection if the object is larger.
         """
         if whole:
-            return await self.cache.run(self._get, bucket, key, None, index)
+            return self._get(bucket, key, None, index)
         first, size = index * self.cache.block_size, self.cache.block_size
         try:
-            return await self.cache.run(self._get, bucket, key, f"bytes={first}-{first + size - 1}", index)
+            return self._get(bucket, key, f"bytes={first}-{first + size - 1}", index)
         except S3Error as err:
             if err.code != "InvalidRange":
                 raise
         # Empty object, or a range past the end: the whole object tells its size.
-        meta, body = await self.cache.run(self.cache.source.get_object, bucket, key, None)
+        meta, body = self.cache.source.get_object(bucket, key, None)
         if meta.size > self.cache.block_size:
             body.close()
             return meta, None
