@@ -261,7 +261,8 @@ def make_cache(settings: Settings, engine: Engine, remote: RemoteRouter, policie
                      dirty_bytes=journal.dirty_bytes,
                      block_size=settings.cache_block_bytes, fetch_concurrency=settings.cache_fetch_concurrency,
                      budget_bytes=settings.cache_bytes, revalidate_interval=settings.cache_revalidate_interval,
-                     prefetch_bytes=settings.cache_prefetch_bytes, prefetch_parallel=settings.cache_prefetch_parallel)
+                     prefetch_bytes=settings.cache_prefetch_bytes, prefetch_parallel=settings.cache_prefetch_parallel,
+                     copy_reads=settings.fleet_copy_reads)
 
 
 def make_tenancy(settings: Settings, engine: Engine, remote: RemoteRouter) -> Tenancy:

@@ -180,6 +180,9 @@ class Settings(BaseSettings):
     # A peer that does not accept within this many seconds is suspected and the remote is read;
     # once connected, a peer may take as long as a remote fetch (remote_deadline + remote_read_timeout).
     fleet_peer_timeout: float = Field(2.0, gt=0)
+    # Reads of an object, all of whose blocks other nodes own, before this node keeps its own
+    # copy: the earlier ones relay the owner's bytes (docs/fleet.md, "Peer reads"). 1: every read keeps it.
+    fleet_copy_reads: int = Field(2, ge=1, le=255)
     destage_workers: int = Field(4, ge=1, le=256)
     # Background work (destage, part copies ahead) yields to acknowledgements: it waits up to
     # this long for no write to be in flight before it starts (0: never waits), and runs in

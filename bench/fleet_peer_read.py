@@ -8,9 +8,13 @@ request, a crude cross-region round trip), a fresh PostgreSQL database and a fle
 node that owns its block 0 (rendezvous hashing) and times whole-object GETs through boto3:
 
 - ``miss``: the owner, cold (its fill fetches from the remote);
-- ``peer``: the other node, first read (its fill streams the block from the owner);
-- ``hit``: the other node again, 0.2 s later (its own copy: non-owners keep what they read,
-  docs/fleet.md).
+- ``peer``: the other node, first read (the owner's block relayed to the client; with
+  ``FERRY_FLEET_COPY_READS`` 1 it also keeps a copy);
+- ``copy``: the other node again, 0.2 s later (the second read: it streams the block from the
+  owner again and keeps a copy, docs/fleet.md "Peer reads");
+- ``hit``: the other node a third time, 0.2 s later (its own copy).
+
+``--copy-reads N`` sets the nodes' ``FERRY_FLEET_COPY_READS`` (default: the nodes' default).
 
 Prints medians in ms, and the CPU the two gateways spent on each GET (every thread of both node
 processes, from ``/proc/<pid>/task/*/schedstat``): on a small shared machine the latency of a
@@ -117,14 +121,16 @@ def _drop(name: str) -> None:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
+def run(runs: int, delay_ms: float, copy_reads: int = 0) -> dict[str, dict[str, float]]:
     name, url = _database()
-    results: dict[str, dict[str, list[float]]] = {s: {k: [] for k in ("miss", "peer", "hit", "miss cpu", "peer cpu",
-                                                                      "hit cpu")} for s in SIZES}
+    kinds = ("miss", "peer", "copy", "hit")
+    results: dict[str, dict[str, list[float]]] = {s: {k: [] for k in kinds + tuple(f"{k} cpu" for k in kinds)}
+                                                  for s in SIZES}
+    env = dict(PRODUCTION_INTERVALS, **({"FERRY_FLEET_COPY_READS": str(copy_reads)} if copy_reads else {}))
     work = Path(tempfile.mkdtemp(prefix="ferry-bench-fleet-"))  # the nodes' data dirs: removed at the end
     try:
         with SeaweedServer() as weed, CountingProxy(weed) as proxy, \
-                Fleet(proxy, url, work, size=2, env=PRODUCTION_INTERVALS) as fleet:
+                Fleet(proxy, url, work, size=2, env=env) as fleet:
             fleet.wait_live(2)
             bucket = weed.create_bucket(f"bench-{uuid.uuid4().hex[:8]}")
             clients = [n.client() for n in fleet.nodes]
@@ -137,12 +143,12 @@ def run(runs: int, delay_ms: float) -> dict[str, dict[str, float]]:
                     first = owner(block_key(bucket, key, 0), fleet.node_ids())
                     own = fleet.node_ids().index(first)  # type: ignore[arg-type]
                     other = 1 - own
-                    for kind, node in (("miss", own), ("peer", other), ("hit", other)):
+                    for kind, node in (("miss", own), ("peer", other), ("copy", other), ("hit", other)):
                         ms, cpu = _timed(clients[node], bucket, key, pids)
                         results[label][kind].append(ms)
                         results[label][f"{kind} cpu"].append(cpu)
-                        # The peer read's copy is accounted and published before its last byte;
-                        # the pause keeps the next GET apart from its background chores.
+                        # A kept copy is accounted and published before its last byte; the pause
+                        # keeps the next GET apart from its background chores.
                         time.sleep(0.2)
         fresh, reused = _page_cache_write_ms(work)
     finally:
@@ -157,14 +163,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--remote-delay-ms", type=float, default=0.0)
+    parser.add_argument("--copy-reads", type=int, default=0, help="FERRY_FLEET_COPY_READS (0: the default)")
     args = parser.parse_args()
-    medians = run(args.runs, args.remote_delay_ms)
+    medians = run(args.runs, args.remote_delay_ms, args.copy_reads)
     print(f"medians of {args.runs} whole-object GETs, ms (remote delay {args.remote_delay_ms} ms per request)")
-    print(f"{'size':>8} {'hit':>8} {'peer':>8} {'miss':>8}   gateway CPU ms: {'hit':>6} {'peer':>6} {'miss':>6}")
+    kinds = ("hit", "peer", "copy", "miss")
+    print(f"{'size':>8} " + " ".join(f"{k:>7}" for k in kinds) + "  peer/hit   gateway CPU ms: "
+          + " ".join(f"{k:>6}" for k in kinds))
     probe = medians.pop("page cache")
     for label, m in medians.items():
-        print(f"{label:>8} {m['hit']:8.1f} {m['peer']:8.1f} {m['miss']:8.1f}   {'':15}{m['hit cpu']:6.1f} "
-              f"{m['peer cpu']:6.1f} {m['miss cpu']:6.1f}")
+        print(f"{label:>8} " + " ".join(f"{m[k]:7.1f}" for k in kinds) + f"  {m['peer'] / m['hit']:7.1f}x"
+              + " " * 18 + " ".join(f"{m[k + ' cpu']:6.1f}" for k in kinds))
     print("CPU ms to write into the page cache, after the run: " +
           ", ".join(f"{k} {v:.1f}" for k, v in probe.items()))
 

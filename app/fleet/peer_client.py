@@ -73,6 +73,11 @@ class PeerBlockSource:
         """A fill's bytes ``first..last`` of version ``etag`` (the cache's ``BlockSource``)."""
         return self.get_object(bucket, key, f"bytes={first}-{last}", if_match=etag)[1]
 
+    def from_peer(self, bucket: str, key: str, index: int) -> bool:
+        """Whether another live node owns the block (and keeps it); never for a request served
+        for a peer, whose fills read the remote and are this node's to keep."""
+        return not SERVING_PEER.get() and self.membership.owner(bucket, key, index) is not None
+
     def get_object(self, bucket: str, key: str, byte_range: str | None = None,
                    if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:
         """The remote's answer, or the same answer from the owner of the block it starts in."""
@@ -132,6 +137,8 @@ class PeerBlockSource:
 class PeerBody:
     """The peer's answer as the fill reads it; if the peer fails mid-body, the rest comes from
     the remote (``If-Match`` the version the peer was sending), so the fill does not fail."""
+
+    from_peer = True  # the block's owner sent it: the asking node may relay it without a copy
 
     def __init__(self, resp: Any, source: PeerBlockSource, peer: LiveNode, bucket: str, key: str,
                  meta: ObjectMeta, first: int, last: int | None) -> None:

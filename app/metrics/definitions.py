@@ -79,8 +79,17 @@ FLEET_SERVED = Counter("ferry_fleet_served_total", "Requests of the internal end
 FLEET_SERVED_BYTES = Counter("ferry_fleet_served_bytes_total", "Block bytes sent to peers")
 
 
+FLEET_PEER_RELAYED = Counter("ferry_fleet_peer_relayed_total",
+                             "Objects this node served from their owners without keeping a copy (its "
+                             "first reads of them, below FERRY_FLEET_COPY_READS)")
+
+
 def fleet_peer_read(result: str) -> None:
     FLEET_PEER_READS.labels(result).inc()
+
+
+def peer_relayed() -> None:
+    FLEET_PEER_RELAYED.inc()
 
 
 def fleet_served(status: int, nbytes: int = 0) -> None:

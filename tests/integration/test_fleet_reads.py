@@ -19,7 +19,7 @@ import pytest
 
 from app.domain.ownership import block_key, owner
 from app.fleet.wire import BLOCK_PATH, PING_PATH
-from tests.integration.test_zerocopy import zerocopy_bytes
+from tests.integration.test_zerocopy import metric, zerocopy_bytes
 from tests.support.counting_proxy import CountingProxy
 from tests.support.databases import throwaway_database
 from tests.support.fleet import Fleet
@@ -100,6 +100,67 @@ def test_an_object_read_on_one_node_is_then_served_by_the_others_without_the_rem
         part = _sha(node.client(), fleet_bucket, key, Range=f"bytes={BLOCK - 10}-{3 * BLOCK + 9}")
         assert part == hashlib.sha256(data[BLOCK - 10:3 * BLOCK + 10]).hexdigest()
     assert proxy.gets(key) == [], "nodes 2 and 3 must read node 1's object from the fleet, not the remote"
+
+
+def _ready_rows(fleet_db: str, bucket: str, key: str) -> set[str]:
+    """The nodes holding a ready cache entry of the key."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(fleet_db)
+    try:
+        with engine.connect() as c:
+            return set(c.execute(sa.text("SELECT node_id FROM cache_entries WHERE bucket = :b AND key = :k"
+                                         " AND state = 'ready'"), {"b": bucket, "k": key}).scalars())
+    finally:
+        engine.dispose()
+
+
+def test_a_first_peer_read_is_relayed_without_a_copy_and_the_second_keeps_one(
+        fleet: Fleet, proxy: CountingProxy, fleet_bucket: str, fleet_db: str, seaweed: Any) -> None:
+    """FERRY_FLEET_COPY_READS (2): a node's first read of an object another node owns whole is
+    the owner's bytes relayed (no entry, no copy); its second keeps a copy, so the third is a
+    local hit. The remote is asked once in all."""
+    ids = fleet.node_ids()
+    while True:
+        key, sha, data = _put(seaweed, fleet_bucket, BLOCK - 1000)
+        if owner(block_key(fleet_bucket, key, 0), ids) == ids[0]:
+            break
+    reader = fleet.nodes[1]
+    proxy.reset()
+    relayed, peer_reads = (metric(reader, "ferry_fleet_peer_relayed_total"),
+                           metric(reader, "ferry_fleet_peer_reads_total", 'result="peer"'))
+    assert _sha(reader.client(), fleet_bucket, key) == sha
+    assert metric(reader, "ferry_fleet_peer_relayed_total") == relayed + 1
+    rows = _ready_rows(fleet_db, fleet_bucket, key)
+    assert ids[1] not in rows, "the first read relays: the reader keeps no entry"
+    assert _sha(reader.client(), fleet_bucket, key) == sha  # right after: the owner's bytes again
+    deadline = time.monotonic() + 10
+    while ids[1] not in _ready_rows(fleet_db, fleet_bucket, key):
+        assert time.monotonic() < deadline, "the second read never kept a copy"
+        time.sleep(0.1)
+    assert metric(reader, "ferry_fleet_peer_relayed_total") == relayed + 1
+    before = metric(reader, "ferry_fleet_peer_reads_total", 'result="peer"')
+    assert before == peer_reads + 2
+    part = _sha(reader.client(), fleet_bucket, key, Range="bytes=10-99")
+    assert part == hashlib.sha256(data[10:100]).hexdigest()
+    assert metric(reader, "ferry_fleet_peer_reads_total", 'result="peer"') == before, "the third is a local hit"
+    assert len(proxy.gets(key)) == 1, "only the owner's fill asked the remote"
+
+
+def test_a_first_read_of_an_object_with_a_block_the_reader_owns_keeps_it_at_once(
+        fleet: Fleet, proxy: CountingProxy, fleet_bucket: str, fleet_db: str, seaweed: Any) -> None:
+    """Blocks the reader owns come from the remote and are the fleet's copy: never relayed."""
+    ids = fleet.node_ids()
+    key, sha, _ = _put(seaweed, fleet_bucket, 3 * BLOCK + 5, owned_by=(ids[2], ids))
+    while {owner(block_key(fleet_bucket, key, i), ids) for i in range(4)} == {ids[2]}:
+        key, sha, _ = _put(seaweed, fleet_bucket, 3 * BLOCK + 5, owned_by=(ids[2], ids))
+    proxy.reset()
+    reader = fleet.nodes[2]
+    relayed = metric(reader, "ferry_fleet_peer_relayed_total")
+    assert _sha(reader.client(), fleet_bucket, key) == sha
+    assert metric(reader, "ferry_fleet_peer_relayed_total") == relayed
+    assert ids[2] in _ready_rows(fleet_db, fleet_bucket, key)
+    assert _blocks_fetched(proxy, key) == Counter(range(4)), "each block once from the remote"
 
 
 def test_entries_a_node_fills_for_a_peer_belong_to_the_tenant_whose_read_caused_them(

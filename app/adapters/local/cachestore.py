@@ -65,6 +65,7 @@ class FillFile:
     index: int = 0
     written: int = 0
     crc: int = 0
+    checksummed: bool = True  # False: a relay's conduit, never published, so no CRC pass over its bytes
 
     def open_reader(self) -> int:
         """A read-only descriptor of this file for readers that follow the fill (``BlockReader``)."""
@@ -72,7 +73,8 @@ class FillFile:
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
-        self.crc = crc32(view, self.crc)
+        if self.checksummed:
+            self.crc = crc32(view, self.crc)
         while view:
             n = os.write(self.fd, view)
             view = view[n:]
@@ -83,6 +85,8 @@ class FillFile:
         published. The CRC in the header is of the bytes as they arrived: reading them back here
         would read the page-cache pages just written (proving nothing of the disk) at the cost of
         a copy and a checksum pass per block; what lies on disk is checked by the scrub."""
+        if not self.checksummed:
+            raise OSError(f"block {self.name} was relayed without a checksum: it is never published")
         os.pwrite(self.fd, BlockHeader(self.name, self.index, self.written, self.crc).pack(), 0)
         if os.fstat(self.fd).st_size != DATA_OFFSET + self.written:
             raise OSError(f"block {self.name} is not the length written")
@@ -221,13 +225,14 @@ class CacheStore:
             os.unlink(self.path(name))
 
     # ---- filling -----------------------------------------------------------------------------
-    def open_fill(self, name: str, index: int = 0) -> FillFile:
-        """A fill file with room for the header; its bytes start at ``DATA_OFFSET``."""
+    def open_fill(self, name: str, index: int = 0, checksummed: bool = True) -> FillFile:
+        """A fill file with room for the header; its bytes start at ``DATA_OFFSET``. Not
+        ``checksummed``: a conduit its readers follow, discarded after, never published."""
         path = self.tmp / f"{name}.{secrets.token_hex(4)}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         os.pwrite(fd, bytes(DATA_OFFSET), 0)
         os.lseek(fd, DATA_OFFSET, os.SEEK_SET)
-        return FillFile(name, path, fd, index)
+        return FillFile(name, path, fd, index, checksummed=checksummed)
 
     def publish(self, fill: FillFile) -> None:
         """Make a complete block visible (atomic rename); readers holding the tmp file keep it."""

@@ -32,6 +32,7 @@ from app.services.ports import BlockSource, BlockStore, CacheIndex, RemotePort
 from app.services.writes.budget import DiskReserve
 
 if TYPE_CHECKING:
+    from app.services.cache.copies import PeerCopies
     from app.services.cache.discovery import Discovery
     from app.services.cache.eviction import Eviction
     from app.services.cache.fill import Fill, Filling
@@ -57,6 +58,7 @@ class CacheBase:
         filling: Filling
         discovery: Discovery
         eviction: Eviction
+        copies: PeerCopies
 
         async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int: ...
 
@@ -64,7 +66,7 @@ class CacheBase:
                  source: BlockSource, disk: DiskReserve, dirty_bytes: Callable[[], int],
                  block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
                  revalidate_interval: float = 60.0, sizing: SizingRecorder | None = None,
-                 prefetch_bytes: int = 0, prefetch_parallel: int = 16) -> None:
+                 prefetch_bytes: int = 0, prefetch_parallel: int = 16, copy_reads: int = 2) -> None:
         self.index = index
         self.store = store
         self.remote = remote  # discovery GETs, revalidation HEADs and LISTs
@@ -76,6 +78,7 @@ class CacheBase:
         self.fetch_concurrency = fetch_concurrency
         self.budget_bytes = budget_bytes
         self.revalidate_interval = revalidate_interval
+        self.copy_reads = copy_reads  # reads of a peer's object before this node keeps a copy (copies.py)
         self.limiter = anyio.CapacityLimiter(64)
         self.fetch_limiter = anyio.CapacityLimiter(fetch_concurrency)
         self.inflight: dict[str, Fill] = {}

@@ -16,6 +16,7 @@ from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
 from app.domain.states import CacheState
 from app.services.cache.base import LOCK_POLL, LOCK_POLL_MAX, CacheBase
+from app.services.cache.copies import SmallBody, read_small
 from app.services.cache.on_behalf import on_behalf_of
 from app.services.cache.recording import PendingEntry, Recording
 
@@ -120,15 +121,12 @@ class Discovery:
             metrics.singleflight_waited(time.monotonic() - waited_since)
         handed_off = False  # True once the lock is the Recording's to release
         try:
-            # A point lookup: inline on the raw SQLite connection, a thread otherwise.
-            old = (self.cache.index.get(bucket, key) if self.cache.index.lookups is not None
-                   else await self.cache.run(self.cache.index.get, bucket, key))
-            if old is not None and old.state == CacheState.READY and (
-                    old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
-                return old  # another process discovered it while we waited
             index = (first_byte // self.cache.block_size) if first_byte is not None else 0
             with on_behalf_of(tenant_id):  # a peer that serves the block charges this tenant
-                meta, body = await self._fetch_first(bucket, key, index, whole)
+                old, fetched = await self.cache.run(self._look_and_fetch, bucket, key, index, whole, started, policy)
+            if fetched is None:
+                return old  # another process discovered it while we waited
+            meta, body = fetched
             if meta.size <= index * self.cache.block_size and meta.size:
                 index = 0
             same = old is not None and old.etag == meta.etag and old.block_size == self.cache.block_size
@@ -136,12 +134,23 @@ class Discovery:
                             self._carried_bytes(old) if old is not None and same else 0, lock,
                             old if old is not None and not same else None,
                             ranged=not whole and not meta.checksums and meta.size > 0)
-            # A key the cache holds no row of is a newcomer: kept only if admission says so.
-            rec.refused = gate and old is None and not await self.cache.run(
-                self.cache.admission.decide, bucket, key, meta.size, policy)
-            if rec.refused:
+            # A key the cache holds no row of is a newcomer. An owner's bytes read here for the
+            # first time are relayed, not kept (copies.py); else it is kept if admission says so.
+            relayed = gate and old is None and self.cache.copies.relay_only(
+                bucket, key, meta, bool(getattr(body, "from_peer", False)))
+            rec.relayed = relayed
+            rec.refused = relayed or (gate and old is None and not await self.cache.run(
+                self.cache.admission.decide, bucket, key, meta.size, policy))
+            if relayed:
+                metrics.peer_relayed()
+            elif rec.refused:
                 self.cache.admission.remember_refused(bucket, key, meta.size)
             entry = rec.provisional()
+            if relayed and isinstance(body, SmallBody):  # read whole with the GET: served from memory
+                rec.data = body.getvalue()
+                handed_off = True
+                self.settle(rec, 0, asyncio.get_running_loop())  # no row: releases the lock
+                return entry
             name = self.cache.block_file(entry, index)
             length = entry.block_length(index)
             store = self.cache.store
@@ -168,7 +177,25 @@ class Discovery:
         return sum(old.block_length(i) for i in range(old.blocks)
                    if self.cache.store.has(self.cache.block_file(old, i), old.block_length(i)))
 
-    async def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
+    def _get(self, bucket: str, key: str, byte_range: str | None, index: int) -> tuple[ObjectMeta, BinaryIO]:
+        """The source's GET (in a thread); a small object's whole answer from a peer is read here
+        too (copies.read_small), so relaying it takes no other thread."""
+        meta, body = self.cache.source.get_object(bucket, key, byte_range)
+        if index or meta.size > self.cache.block_size:
+            return meta, body
+        return meta, read_small(body, meta.size)
+
+    def _look_and_fetch(self, bucket: str, key: str, index: int, whole: bool, started: float,
+                        policy: Policy) -> tuple[Entry | None, tuple[ObjectMeta, BinaryIO | None] | None]:
+        """In one thread (one hop, not two): the key's row read again under the lock, then,
+        unless another process discovered the version meanwhile (the row, and no GET), the GET."""
+        old = self.cache.index.get(bucket, key)
+        if old is not None and old.state == CacheState.READY and (
+                old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
+            return old, None
+        return old, self._fetch_first(bucket, key, index, whole)
+
+    def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
         """One GET of block ``index``: the metadata from its headers, the body for the block.
 
         A whole-object read asks without a Range, because only such an answer carries the
@@ -176,15 +203,15 @@ class Discovery:
         first block of that stream and drops the connection if the object is larger.
         """
         if whole:
-            return await self.cache.run(self.cache.source.get_object, bucket, key, None)
+            return self._get(bucket, key, None, index)
         first, size = index * self.cache.block_size, self.cache.block_size
         try:
-            return await self.cache.run(self.cache.source.get_object, bucket, key, f"bytes={first}-{first + size - 1}")
+            return self._get(bucket, key, f"bytes={first}-{first + size - 1}", index)
         except S3Error as err:
             if err.code != "InvalidRange":
                 raise
         # Empty object, or a range past the end: the whole object tells its size.
-        meta, body = await self.cache.run(self.cache.source.get_object, bucket, key, None)
+        meta, body = self.cache.source.get_object(bucket, key, None)
         if meta.size > self.cache.block_size:
             body.close()
             return meta, None

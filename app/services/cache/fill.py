@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -42,6 +43,7 @@ from app.services.ports import BlockFill, BlockReads, RemoteObjects
 INLINE_READ = 256 * 1024
 SEND_CHUNK = 4 * 1024 * 1024
 FETCH_CHUNK = 256 * 1024
+READINTO_CHUNK = 1024 * 1024  # a body read into one reused buffer (a peer's): fewer, larger steps
 
 
 @dataclass
@@ -62,6 +64,9 @@ class Fill:
 
     def __post_init__(self) -> None:
         self.read_fd = self.file.open_reader()
+        # Closes the descriptor once, at ``finish`` or, for a block that was not kept, once
+        # nobody holds this fill any more (its readers may start after it finished).
+        self._closer = weakref.finalize(self, self.reader.close, self.read_fd)
 
     @property
     def written(self) -> int:
@@ -78,17 +83,21 @@ class Fill:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def finish(self, error: BaseException | None) -> None:
+    def finish(self, error: BaseException | None, unkept: bool = False) -> None:
+        """The fetch ended. ``unkept``: its bytes were served but not published (a relay, an
+        admission refusal); a reader that got this fill and starts now still reads them from
+        the filling file's descriptor, since there is no block file to open."""
         self.error = error
         self.done = error is None
         self.notify()
         self._finished.set()
-        if self.read_fd >= 0:
-            self.reader.close(self.read_fd)
+        if not (unkept and self.done):
+            self._closer()
             self.read_fd = -1
 
     def reader_fd(self) -> int | None:
-        """A private descriptor of the filling file, or None once it finished (read the block)."""
+        """A private descriptor of the filling file, or None once it finished (read the block, or
+        for a failed fill, nothing: the error)."""
         return self.reader.dup(self.read_fd) if self.read_fd >= 0 else None
 
     async def wait_finished(self) -> None:
@@ -164,6 +173,10 @@ class RemoteBlockSource:
                    if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:
         return self.remote.get_object(bucket, key, byte_range, if_match=if_match)
 
+    def from_peer(self, bucket: str, key: str, index: int) -> bool:
+        """Never: a node alone holds every block it reads."""
+        return False
+
 
 @dataclass
 class FillJob:
@@ -204,8 +217,14 @@ class Filling:
         With ``body`` (a discovery's GET) and a pending entry, this fill also writes the entry's
         row (see recording.py)."""
         loop = asyncio.get_running_loop()
+        rec = entry.recording if isinstance(entry, PendingEntry) else None
+        # A relay (copies.py): the owner's bytes pass through a file its readers follow, with no
+        # CRC pass and no checksum verdict (the owner checked them when it filled the block; a
+        # relay is that owner's hit plus one hop), and are never kept.
+        relay = rec is not None and rec.relayed
         try:
-            fill = Fill(name, length, self.cache.store.open_fill(name, index), loop, self.cache.store.reader)
+            fill = Fill(name, length, self.cache.store.open_fill(name, index, checksummed=not relay), loop,
+                        self.cache.store.reader)
         except BaseException:
             self.cache.store.unlock(name)
             raise
@@ -215,9 +234,10 @@ class Filling:
             job.rec = entry.recording
             job.single = job.rec is not None and entry.blocks == 1
             job.keep = job.rec is None or not job.rec.refused  # refused by admission: served, not kept
+        job.keep = job.keep and not relay
         # A fill that holds a whole object (a one-block object's discovery GET) is checked against
         # the checksum the remote stored, when it sent one: corrupt bytes are never published.
-        if job.single and length == entry.size:
+        if job.single and length == entry.size and not relay:
             job.expected = whole_object_checksum(entry.meta.checksums)
             if job.expected and job.expected[0] == "CRC32":
                 job.digest = BlockCrc(fill.file)  # the fill file's own running CRC: no second pass
@@ -258,9 +278,10 @@ class Filling:
         # A body that reads into a buffer (a peer's) fills one reused buffer: no new bytes object
         # per chunk. Others (botocore's, which counts and checks what it hands out) are read.
         readinto = getattr(job.body, "readinto", None)
-        buffer = memoryview(bytearray(FETCH_CHUNK)) if readinto is not None else None
+        buffer = memoryview(bytearray(READINTO_CHUNK)) if readinto is not None else None
+        step = READINTO_CHUNK if buffer is not None else FETCH_CHUNK
         while True:
-            want = min(FETCH_CHUNK, job.length - fill.file.written) or FETCH_CHUNK
+            want = min(step, job.length - fill.file.written) or step
             # The first bytes are forwarded as soon as they arrive (time to first byte).
             try:
                 if readinto is not None and buffer is not None and fill.file.written:
@@ -355,13 +376,13 @@ class Filling:
             with contextlib.suppress(Exception):
                 job.body.close()
         self.cache.store.unlock(job.name)
-        job.loop.call_soon_threadsafe(self._fill_done, job.fill, error)
+        job.loop.call_soon_threadsafe(self._fill_done, job.fill, error, not job.published)
 
-    def _fill_done(self, fill: Fill, error: BaseException | None) -> None:
+    def _fill_done(self, fill: Fill, error: BaseException | None, unkept: bool = False) -> None:
         """On the loop: the fill is no longer followable; check limits now and then."""
         self.cache.inflight.pop(fill.name, None)
-        fill.finish(error)
-        if error is None:
+        fill.finish(error, unkept)
+        if error is None and not unkept:
             self.cache.added_since_check += fill.length
             # Check limits after each 1% of the budget, and at least every 32 MiB: quotas are smaller.
             if self.cache.added_since_check >= max(self.cache.block_size, min(self.cache.budget_bytes // 100, 32 * 1024 * 1024)):

@@ -34,10 +34,12 @@ from app.domain.policy import Policy
 from app.domain.ranges import ByteRange, RangeRequest
 from app.domain.states import CacheState
 from app.services.cache.base import CacheBase
+from app.services.cache.copies import PeerCopies
 from app.services.cache.discovery import Discovery
 from app.services.cache.eviction import Eviction
 from app.services.cache.fill import Fill, Filling
 from app.services.cache.orphans import Orphans
+from app.services.cache.recording import PendingEntry
 from app.services.cache.revalidation import Revalidation
 from app.services.cache.serve import Serving
 
@@ -77,7 +79,7 @@ class ReadCache(CacheBase):
     """The facade over the cache's state (base.py): current/head/read/warm/invalidate, usage, and
     the background upkeep. The parts, each a plain class holding the state: serve.py (Serving),
     fill.py (Filling), discovery.py (Discovery), eviction.py (Eviction), revalidation.py
-    (Revalidation), orphans.py (Orphans); scrub.py and prefetch.py are the state's own helpers."""
+    (Revalidation), orphans.py (Orphans), copies.py (PeerCopies); scrub.py and prefetch.py are the state's own helpers."""
 
     def _build_parts(self) -> None:
         self.serving = Serving(self)
@@ -86,6 +88,7 @@ class ReadCache(CacheBase):
         self.eviction = Eviction(self)
         self.revalidation = Revalidation(self)
         self.orphans = Orphans(self)
+        self.copies = PeerCopies(self, self.copy_reads)
         # What the chores, the admin API and the fleet's peers call.
         self.disk_low = self.eviction.disk_low
         self.enforce_limits = self.eviction.enforce_limits
@@ -169,6 +172,12 @@ class ReadCache(CacheBase):
         self._judge(conditions, entry, outcome, tenant_id)
         rng = wanted.resolve(entry.size)
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
+        relayed = entry.recording.data if isinstance(entry, PendingEntry) and entry.recording else None
+        if relayed is not None:  # a small object relayed from its owner, whole in memory (copies.py)
+            _outcome(outcome, bucket, tenant_id)
+            data = relayed[first:last + 1] if rng else relayed
+            metrics.served_bytes(outcome, bucket, len(data))
+            return CachedRead(entry.meta, rng, _once(data), _nothing_to_close, outcome, None, data)
         if outcome != "miss":
             small = self.serving.small_hit(entry, first, last)
             if small is not None:

@@ -34,6 +34,8 @@ class Recording:
     replaced: Entry | None  # the previous version's row, whose blocks go with it
     ranged: bool = False  # discovered by a ranged GET: S3 sent no stored checksums with it
     refused: bool = False  # frequency admission said no: the discovery's bytes are served, not kept
+    relayed: bool = False  # refused because an owner's bytes are read here the first time (copies.py)
+    data: bytes | None = None  # a small relayed object, whole: served from memory, no fill (copies.py)
     entry_id: int | None = None
     settled: threading.Event = field(default_factory=threading.Event)
 
