@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,7 +42,7 @@ def gw(remote: SeaweedServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.fixture
-def browser() -> Iterator[Any]:
+def browser(tmp_path: Path) -> Iterator[Any]:
     if CHROMIUM is None or not os.path.exists(CHROMEDRIVER):
         message = "chromium and chromium-driver are not installed (apt-get install -y chromium chromium-driver)"
         if os.environ.get("FERRY_REQUIRE_SERVICES", "") not in ("", "0", "false", "no"):
@@ -53,8 +54,8 @@ def browser() -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,1600"):
-        options.add_argument(arg)
+                "--window-size=1280,1600", f"--user-data-dir={tmp_path / 'chromium'}"):
+        options.add_argument(arg)  # the profile under tmp_path: Chromium left one in /tmp per run
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
