@@ -21,19 +21,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, bindparam, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.adapters.catalog.cache.index import invalidate_key
 from app.adapters.catalog.engine import Sessions
-from app.adapters.catalog.journal.rows import delete_row, put_row, version_row
+from app.adapters.catalog.journal.rows import NEWEST_ROW, delete_row, put_row, version_row
 from app.adapters.catalog.repo import UploadClaim, finish_upload
-from app.adapters.catalog.tables import JournalReplica, ObjectVersion, table
+from app.adapters.catalog.tables import JournalReplica
 from app.domain.versions import Replica, VersionDraft, VersionRow
-
-_T = table(ObjectVersion)
-_NEWEST_SEQ = (select(_T.c.seq).where(_T.c.bucket == bindparam("b"), _T.c.key == bindparam("k"))
-               .order_by(_T.c.seq.desc()).limit(1))
 
 
 class JournalWork:
@@ -60,7 +56,8 @@ class JournalWork:
 
     def newest_seq(self, bucket: str, key: str) -> int | None:
         """The key's newest row, read inside the unit (a check the unit's commit depends on)."""
-        return self._session.connection().execute(_NEWEST_SEQ, {"b": bucket, "k": key}).scalar()
+        found = self._session.connection().execute(NEWEST_ROW, {"b": bucket, "k": key}).first()
+        return int(found[0]) if found else None
 
 
 class CacheWork:

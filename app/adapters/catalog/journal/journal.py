@@ -22,7 +22,7 @@ from sqlalchemy.orm import aliased
 from app.adapters.catalog.cache.hotpath import SqliteLookups
 from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.journal.destage import DestageMoves
-from app.adapters.catalog.journal.rows import after_json, version_row
+from app.adapters.catalog.journal.rows import NEWEST_ROW, after_json, version_row
 from app.adapters.catalog.tables import JournalReplica, MultipartPart, ObjectVersion, table
 from app.adapters.catalog.unit_of_work import UnitsOfWork
 from app.domain.states import DIRTY, TERMINAL, VersionState
@@ -55,15 +55,13 @@ class Journal(DestageMoves):
         self.is_postgres = engine.dialect.name == "postgresql"
         self.lookups = SqliteLookups.for_engine(engine)
         t = table(ObjectVersion)
-        self._newest = (select(t.c.seq, t.c.state).where(t.c.bucket == bindparam("b"), t.c.key == bindparam("k"))
-                        .order_by(t.c.seq.desc()).limit(1))
         self._dirty = (select(t.c.seq).where(t.c.bucket == bindparam("b"), t.c.key == bindparam("k"),
                                              t.c.state.in_(DIRTY_VALUES)).limit(1))
 
     def newest_seq(self, bucket: str, key: str) -> int | None:
         """The key's newest journal row, whatever its state (None: the journal has none)."""
         with self.sessions() as s:
-            found = s.execute(self._newest, {"b": bucket, "k": key}).first()
+            found = s.execute(NEWEST_ROW, {"b": bucket, "k": key}).first()
         return int(found[0]) if found else None
 
     def renamed_away(self, put: VersionRow) -> int | None:
@@ -94,7 +92,7 @@ class Journal(DestageMoves):
             newest = self.lookups.newest_version(bucket, key)
         else:
             with self.engine.connect() as conn:
-                found = conn.execute(self._newest, {"b": bucket, "k": key}).first()
+                found = conn.execute(NEWEST_ROW, {"b": bucket, "k": key}).first()
             newest = (found.seq, found.state) if found is not None else None
         if newest is None or newest[1] not in DIRTY_VALUES:
             return None

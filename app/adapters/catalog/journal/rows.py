@@ -6,9 +6,17 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from app.adapters.catalog.tables import ObjectVersion
+from sqlalchemy import bindparam, select
+
+from app.adapters.catalog.tables import ObjectVersion, table
 from app.domain.states import VersionState
 from app.domain.versions import BlobRef, VersionDraft, VersionRow
+
+_T = table(ObjectVersion)
+# A key's newest row (seq, state), whatever its state: the journal's reads and a unit of work's
+# check inside its transaction (a rename's source) use this one statement (b=bucket, k=key).
+NEWEST_ROW = (select(_T.c.seq, _T.c.state).where(_T.c.bucket == bindparam("b"), _T.c.key == bindparam("k"))
+              .order_by(_T.c.seq.desc()).limit(1))
 
 
 def after_json(seq: int) -> str:
