@@ -164,9 +164,17 @@ class MissRatioCurve:
         """A sampled read: its byte stack distance into the histogram (returns its bucket), or a
         cold miss (returns -1); then it becomes its key's last read."""
         self._sampled += 1
+        rec = st.keys.get(h)
+        if rec is not None and st.seqs[rec[0]] == self._seq and rec[1] == size and rec[2] == minute:
+            # The curve's last sampled read, again, in the same minute (a hot object read over and
+            # over): nothing was read between, so its distance is its own size and its place in
+            # the order stays. Exact, and none of the tree walk below.
+            b = distance_bucket(size)
+            self._hist[b] += weight
+            self._hist_bytes[b] += weight * size
+            return b
         self._newest_minute = max(self._newest_minute, minute)
         seq = self._seq = self._seq + 1
-        rec = st.keys.get(h)
         if rec is not None:
             last = st.seqs[rec[0]]
             between = 0.0

@@ -140,6 +140,36 @@ def test_distance_counts_the_objects_own_size() -> None:
     assert curve.curve([0]) == [(0, 0.0)]
 
 
+def test_a_key_read_again_at_once_keeps_its_place() -> None:
+    """a(10) b(20) b b a b: the repeats of b (nothing read between) are at distance 20 and leave b
+    the newest read, so a's next read is at 30 and b's after it at 30 too."""
+    curve = MissRatioCurve()
+    for key, size in [("a", 10), ("b", 20), ("b", 20), ("b", 20), ("a", 10), ("b", 20)]:
+        curve.access(key, size, 0.0)
+    assert curve.curve([19, 20, 29, 30]) == [(19, 0.0), (20, pytest.approx(2 / 6)), (29, pytest.approx(2 / 6)),
+                                             (30, pytest.approx(4 / 6))]
+    assert curve.touched_bytes(HOUR, 0.0) == 30
+
+
+def test_bursts_of_repeats_match_exact_lru() -> None:
+    """Hot keys read in bursts (a key read 1-5 times in a row, as many readers of one object do),
+    some bursts across a minute boundary: the curve is still the exact LRU's."""
+    rng = random.Random(9)
+    sizes = mixed_sizes(rng, 800)
+    trace: Trace = []
+    times: list[float] = []
+    for k in rng.choices(range(800), weights=[1 / (i + 1) for i in range(800)], k=6000):
+        for _ in range(rng.randint(1, 5)):
+            trace.append((f"k{k}", sizes[k]))
+            times.append(len(trace) * 0.05)
+    curve = MissRatioCurve(max_keys=1000)
+    for (key, size), t in zip(trace, times, strict=True):
+        curve.access(key, size, t)
+    total = sum(sizes)
+    for c, est in curve.curve([total // 20, total // 5, total // 2]):
+        assert abs(est - exact_lru(trace, c)[0]) <= 0.01
+
+
 def test_unsampled_small_trace_matches_exactly() -> None:
     """Under max_keys nothing is sampled away: the curve is the exact LRU's, to the histogram's
     bucket width (6%) at worst."""
