@@ -107,8 +107,8 @@ def test_a_pass_over_an_object_counts_once() -> None:
     admission.record("b", "shard", from_start=True)
     for _ in range(7):  # the shard's next ranges
         admission.record("b", "shard", from_start=False)
-    assert admission.sketch.estimate("b/shard") == 1
+    assert admission.estimate("b", "shard") == 1
     clock.now += REPEAT_SECONDS
     admission.record("b", "shard", from_start=False)  # a later read further in counts again
     admission.record("b", "shard", from_start=True)  # and so does every new pass from byte 0
-    assert admission.sketch.estimate("b/shard") == 3
+    assert admission.estimate("b", "shard") == 3

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import unquote, unquote_to_bytes
 
 from app.domain.errors import S3Error
@@ -123,7 +124,14 @@ def _auth_params(pairs: list[tuple[str, str]]) -> dict[str, str]:
 
 def _decoded(value: str) -> str:
     """A canonical pair's value as the client meant it (most presigned values carry no escape)."""
-    return unquote(value) if "%" in value else value
+    return _unescaped(value) if "%" in value else value
+
+
+@lru_cache(maxsize=256)
+def _unescaped(value: str) -> str:
+    """``unquote``, remembered: a client's presigned URLs repeat the same escaped credential scope
+    and signed-header list on every request (bounded: 256 values of at most a request line)."""
+    return unquote(value)
 
 
 def _raw_v2_params(qs: bytes) -> dict[str, bytes]:

@@ -40,6 +40,7 @@ REPEAT_SECONDS = 5.0  # a read not from byte 0 counts only if the key was not co
 RECENT_KEYS_MAX = 65536  # keys remembered for that (the oldest half goes when it is full)
 USAGE_REFRESH_SECONDS = 1.0  # the budget's use is measured at most this often (a SUM per node)
 VICTIMS_LOOKED_AT = 256  # LRU-end entries a decision may look through for room
+BATCH = 128  # reads buffered before they are counted (every count is read after a replay)
 
 
 def sketch_for(budget_bytes: int) -> FrequencySketch:
@@ -72,6 +73,8 @@ class FrequencyAdmission:
         self._since = 0  # bytes admitted (less bytes evicted) since the last measurement
         self._recent: dict[str, float] = {}  # key -> when it was last counted
         self._refused: dict[str, tuple[int, float]] = {}  # key -> (size, when) of a recent refusal
+        self._pending: list[tuple[str, str, bool, float]] = []  # reads not yet counted
+        self._replaying = threading.Lock()  # one replay at a time: counted in the order read
 
     def record(self, bucket: str, key: str, from_start: bool = True) -> None:
         """One read of the key, after any decision about it (so a miss is judged by its history).
@@ -79,9 +82,30 @@ class FrequencyAdmission:
         further in (the next range of a shard, a Parquet row group after its footer) counts only
         if the key was not counted in the last ``REPEAT_SECONDS``. Counted per range, a shard
         refused at its first range would outrank its victims by its third and be admitted with
-        most of its bytes already read."""
+        most of its bytes already read.
+
+        Buffered (a list append on the read path) and counted ``BATCH`` at a time, in order, with
+        the time of the read; whatever reads the counts (``estimate``, a decision) replays the
+        buffer first, so every decision still sees every read before it."""
+        pending = self._pending
+        pending.append((bucket, key, from_start, self.clock()))
+        if len(pending) >= BATCH:
+            self.replay()
+
+    def replay(self) -> None:
+        """Count the buffered reads."""
+        with self._replaying:
+            batch, self._pending = self._pending, []
+            for bucket, key, from_start, now in batch:
+                self._count(bucket, key, from_start, now)
+
+    def estimate(self, bucket: str, key: str) -> int:
+        """How often the sketch has counted the key (every read recorded so far)."""
+        self.replay()
+        return self.sketch.estimate(sketch_key(bucket, key))
+
+    def _count(self, bucket: str, key: str, from_start: bool, now: float) -> None:
         name = sketch_key(bucket, key)
-        now = self.clock()
         if not from_start and now - self._recent.get(name, -REPEAT_SECONDS) < REPEAT_SECONDS:
             return
         if len(self._recent) >= RECENT_KEYS_MAX:
@@ -131,6 +155,7 @@ class FrequencyAdmission:
         victims = self._victims(bucket, key, need)
         if victims is None:
             return False
+        self.replay()
         estimate = self.sketch.estimate(sketch_key(bucket, key))
         if any(estimate <= self.sketch.estimate(sketch_key(v.bucket, v.key)) + MARGIN for v in victims):
             return False

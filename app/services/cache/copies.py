@@ -21,7 +21,6 @@ from typing import BinaryIO
 
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
-from app.services.cache.admission import sketch_key
 from app.services.cache.base import CacheBase
 
 OWNERS_LOOKED_AT = 64  # blocks whose owner is asked; an object of more is kept (some block is surely ours)
@@ -41,7 +40,7 @@ class PeerCopies:
         another node owns every block of it."""
         if not from_peer or self.copy_reads <= 1:
             return False
-        if self.cache.admission.sketch.estimate(sketch_key(bucket, key)) + 1 >= self.copy_reads:
+        if self.cache.admission.estimate(bucket, key) + 1 >= self.copy_reads:
             return False
         blocks = -(-meta.size // self.cache.block_size)
         if not 0 < blocks <= OWNERS_LOOKED_AT:

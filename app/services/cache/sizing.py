@@ -20,12 +20,19 @@ What the model leaves out: a read the cache did not look up an entry for (second
 first miss, a full disk, a discovery raced by a write) is not recorded; HEADs and staging warm-ups
 are not reads; a ranged read counts as a read of the whole object (the cache keeps blocks).
 ``record`` runs on the event loop (the read path); the reading methods may run in threads.
+
+Replayed in batches, as Caffeine records reads into a buffer and replays them against its policy:
+``record`` appends the read (with its time) to a buffer, and the buffer is replayed into the curves
+in order once ``BATCH`` reads wait or before anything reads the curves. A read pays a list append;
+the curves' work runs in a tight loop, at about half its cost read by read, and the answers are the
+same as if each read had been recorded at once.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -39,6 +46,7 @@ NODE = "node"
 # every read. The node's curve, which the predictions come from, is exact up to 8192 keys.
 ALONE_RATE = 0.25
 _NAMES_CACHE = 1024  # (bucket, tenant) -> curve names, formatted once
+BATCH = 128  # reads buffered before they are replayed into the curves
 
 
 def _ratio(counts: list[int] | None) -> float | None:
@@ -65,26 +73,46 @@ class SizingRecorder:
         self._measured: dict[str, list[int]] = {NODE: [0, 0]}  # name -> [reads, hits]
         self._failed = False
         self._names: dict[tuple[str, int | None], tuple[str, ...]] = {}
+        self._last_hash: tuple[str, str, str, int] = ("", "", "", 0)  # the last object read, hashed
+        self._pending: list[tuple[str, str, str, int, int | None, bool, float]] = []  # not yet replayed
+        self._replaying = threading.Lock()  # one replay at a time: the curves see the reads in order
 
     # ---- the read path ------------------------------------------------------------------------
     def record(self, bucket: str, key: str, etag: str, size: int, tenant_id: int | None, hit: bool) -> None:
-        """One object read the cache answered (``hit``: from the cache, fresh or stale). A figure
-        never fails a read: an error here is logged once and the read goes on."""
-        try:
-            self._record(bucket, key, etag, size, tenant_id, hit)
-        except Exception:
-            if not self._failed:
-                self._failed = True
-                log.exception("sizing: recording a read failed (reads go on; the curves may be off)")
+        """One object read the cache answered (``hit``: from the cache, fresh or stale), buffered;
+        replayed with the others once ``BATCH`` wait. A figure never fails a read: an error here
+        is logged once and the read goes on."""
+        pending = self._pending
+        pending.append((bucket, key, etag, size, tenant_id, hit, time.time()))
+        if len(pending) >= BATCH:
+            self.replay()
 
-    def _record(self, bucket: str, key: str, etag: str, size: int, tenant_id: int | None, hit: bool) -> None:
+    def replay(self) -> None:
+        """Record the buffered reads into the curves, in the order they were read (every reading
+        method calls this first, so an answer counts every read recorded before it)."""
+        with self._replaying:
+            batch, self._pending = self._pending, []
+            try:
+                for read in batch:
+                    self._record(*read)
+            except Exception:
+                if not self._failed:
+                    self._failed = True
+                    log.exception("sizing: recording a read failed (reads go on; the curves may be off)")
+
+    def _record(self, bucket: str, key: str, etag: str, size: int, tenant_id: int | None, hit: bool,
+                now: float) -> None:
         names = self._names.get((bucket, tenant_id))
         if names is None:
             names = (f"bucket:{bucket}",) if tenant_id is None else (f"bucket:{bucket}", f"tenant:{tenant_id}")
             if len(self._names) < _NAMES_CACHE:
                 self._names[(bucket, tenant_id)] = names
-        h = key_hash(f"{bucket}/{key}@{etag}")
-        now = time.time()
+        last = self._last_hash
+        if last[0] == bucket and last[1] == key and last[2] == etag:  # the same object again
+            h = last[3]
+        else:
+            h = key_hash(f"{bucket}/{key}@{etag}")
+            self._last_hash = (bucket, key, etag, h)
         self.node.access_hash(h, size, now, names)
         self.book.access_hash_all(names, h, size, now)
         measured = self._measured
@@ -103,6 +131,7 @@ class SizingRecorder:
     # ---- answers ------------------------------------------------------------------------------
     def centre(self) -> tuple[int, str]:
         """The size the points are around: the budget, or without one the estimated footprint."""
+        self.replay()
         if self.budget_bytes > 0:
             return self.budget_bytes, "budget"
         return self.node.footprint_bytes(), "footprint"
@@ -118,6 +147,7 @@ class SizingRecorder:
 
     def summary(self, dirty: int | None = None) -> dict[str, Any]:
         """The node's curve and figures only (the status page polls it, with the dirty bytes)."""
+        self.replay()
         centre, basis = self.centre()
         dirty, effective = self.effective_budget(dirty)
         return {
@@ -188,6 +218,7 @@ class SizingRecorder:
     # ---- gauges ---------------------------------------------------------------------------------
     def publish(self) -> int:
         """Set the per-bucket predicted and measured gauges (a chore, every 30 s); returns how many."""
+        self.replay()
         if self.budget_bytes <= 0:
             return 0
         _, effective = self.effective_budget()
