@@ -10,16 +10,22 @@ data_version`` moves whenever any other connection commits (another thread's eng
 ``--workers`` process, the Celery worker), and this connection never writes. So a repeated
 lookup costs that one pragma instead of the query, and the next lookup after any commit
 (a write, a destage, an eviction, a revalidation) runs the query again: never staler than
-the catalog. A PostgreSQL catalog (fleet) has no such counter and gets no ``SqliteLookups``.
+the catalog. A PostgreSQL catalog (fleet) has no such counter: ``PgLookups`` asks the server every time, but in
+one round trip. Through the SQLAlchemy pool a point lookup cost four (the checkout's ping, BEGIN,
+the query, the ROLLBACK that returns the connection), counted in the server's statement log of a
+fleet's hit; here each lookup is a prepared statement on an autocommit connection.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from typing import Any
 
 from sqlalchemy import Engine
+
+from app.domain.errors import CatalogUnavailable
 
 NEWEST_VERSION = "SELECT seq, state FROM object_versions WHERE bucket = ? AND key = ? ORDER BY seq DESC LIMIT 1"
 CACHE_ENTRY = ("SELECT id, bucket, key, etag, size, block_size, meta_json, tenant_id, state, cached_bytes, "
@@ -38,7 +44,7 @@ class SqliteLookups:
 
     @classmethod
     def for_engine(cls, engine: Engine) -> SqliteLookups | None:
-        """Only for a file-backed SQLite catalog; None otherwise (the caller uses SQLAlchemy)."""
+        """Only for a file-backed SQLite catalog; None otherwise."""
         if engine.dialect.name != "sqlite" or not engine.url.database or engine.url.database == ":memory:":
             return None
         return cls(engine.url.database)
@@ -71,3 +77,95 @@ class SqliteLookups:
 
     def close(self) -> None:
         self._conn.close()
+
+
+PG_NEWEST_VERSION = NEWEST_VERSION.replace("?", "%s")
+PG_CACHE_ENTRY = CACHE_ENTRY.replace("?", "%s")
+PG_IDLE_KEPT = 8  # connections kept between lookups (more are opened under load, then closed)
+PG_OPEN_MAX = 16  # connections open at once per process: the server's max_connections is shared
+
+
+class PgLookups:
+    """The same two lookups on PostgreSQL: autocommit connections of their own (a single SELECT
+    needs no transaction: it reads one snapshot), each statement prepared once per connection.
+    A connection that fails is dropped and the lookup tried once on a new one, so a restarted
+    server costs no request; a server that stays away is ``CatalogUnavailable`` (503), as through
+    the engine. Connections belong to the process that opened them (a forked worker opens its own)."""
+
+    def __init__(self, conninfo: str) -> None:
+        self._conninfo = conninfo
+        self._lock = threading.Lock()
+        self._idle: list[Any] = []
+        self._pid = os.getpid()
+        self._open = threading.BoundedSemaphore(PG_OPEN_MAX)  # held from borrow to give back
+
+    @classmethod
+    def for_engine(cls, engine: Engine) -> PgLookups | None:
+        """Only for the psycopg (3) driver, whose connections this opens itself."""
+        if engine.dialect.driver != "psycopg":
+            return None
+        url = engine.url.set(drivername="postgresql")
+        return cls(url.render_as_string(hide_password=False))
+
+    def _borrow(self) -> Any:
+        """An idle connection or a new one; the caller holds one of ``_open``'s permits."""
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's sockets are not this process's
+                self._idle, self._pid = [], os.getpid()
+                self._open = threading.BoundedSemaphore(PG_OPEN_MAX)
+            if self._idle:
+                return self._idle.pop()
+        import psycopg  # the fleet's driver; an embedded (SQLite) node never imports it
+
+        return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=0, connect_timeout=5)
+
+    def _give_back(self, conn: Any) -> None:
+        with self._lock:
+            if not conn.closed and self._pid == os.getpid() and len(self._idle) < PG_IDLE_KEPT:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        import psycopg
+
+        with self._open:
+            for attempt in (1, 2):
+                try:
+                    conn = self._borrow()
+                except psycopg.Error as exc:
+                    raise CatalogUnavailable() from exc
+                try:
+                    row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    conn.close()  # a connection the server dropped (a restart): once more, on a new one
+                    if attempt == 2:
+                        raise CatalogUnavailable() from exc
+                    continue
+                except BaseException:
+                    conn.close()
+                    raise
+                self._give_back(conn)
+                return row
+        raise AssertionError("unreachable")
+
+    def newest_version(self, bucket: str, key: str) -> tuple[int, str] | None:
+        row = self._one(PG_NEWEST_VERSION, (bucket, key))
+        return (int(row[0]), str(row[1])) if row else None
+
+    def cache_entry(self, node_id: str, bucket: str, key: str) -> tuple[Any, ...] | None:
+        return self._one(PG_CACHE_ENTRY, (node_id, bucket, key))
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def lookups_for(engine: Engine) -> SqliteLookups | PgLookups | None:
+    """The hot path's lookups for this catalog; None where the caller keeps to SQLAlchemy (an
+    in-memory SQLite database, another PostgreSQL driver)."""
+    if engine.dialect.name == "postgresql":
+        return PgLookups.for_engine(engine)
+    return SqliteLookups.for_engine(engine)

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from app.adapters.catalog.cache.hotpath import SqliteLookups
+from app.adapters.catalog.cache.hotpath import lookups_for
 from app.adapters.catalog.engine import writer
 from app.adapters.catalog.tables import CacheEntry, ObjectVersion, Tenant, table
 from app.adapters.catalog.uploads.remote_opening import key_lock_id
@@ -148,7 +148,7 @@ class CacheIndex:
         # once spent most of a cold epoch asleep there, measured with py-spy).
         self._write_lock: Any = threading.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
         self._relaxed_commit = engine.dialect.name == "postgresql"
-        self.lookups = SqliteLookups.for_engine(engine)
+        self.lookups = lookups_for(engine)
         self._decoded: dict[tuple[str, str], tuple[tuple[Any, ...], Entry]] = {}
         self._get = select(*_COLUMNS).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
                                             T.c.key == bindparam("k"))

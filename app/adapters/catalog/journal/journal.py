@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.orm import aliased
 
-from app.adapters.catalog.cache.hotpath import SqliteLookups
+from app.adapters.catalog.cache.hotpath import lookups_for
 from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.journal.destage import DestageMoves
 from app.adapters.catalog.journal.rows import NEWEST_ROW, after_json, version_row
@@ -53,7 +53,7 @@ class Journal(DestageMoves):
         self.units = UnitsOfWork(engine, node_id)  # a write's commit: the service composes it
         self.bookkeeping = Sessions(bookkeeping or engine)
         self.is_postgres = engine.dialect.name == "postgresql"
-        self.lookups = SqliteLookups.for_engine(engine)
+        self.lookups = lookups_for(engine)
         t = table(ObjectVersion)
         self._dirty = (select(t.c.seq).where(t.c.bucket == bindparam("b"), t.c.key == bindparam("k"),
                                              t.c.state.in_(DIRTY_VALUES)).limit(1))

@@ -1,0 +1,110 @@
+"""The hot path's point lookups on a PostgreSQL catalog (app/adapters/catalog/cache/hotpath.py,
+``PgLookups``): one round trip each on autocommit connections of their own, the same answers as
+the SQLAlchemy statements they stand in for, a connection the server dropped replaced without a
+failed lookup, and an unreachable server a 503 (``CatalogUnavailable``), never a 500."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from app.adapters.catalog.cache.hotpath import PgLookups, SqliteLookups, lookups_for
+from app.adapters.catalog.cache.index import CacheIndex
+from app.adapters.catalog.engine import make_engine
+from app.adapters.catalog.journal.journal import Journal
+from app.adapters.catalog.migrate import upgrade
+from app.domain.errors import CatalogUnavailable
+from app.domain.objects import ObjectMeta
+from tests.unit.test_catalog_unavailable import closed_port
+
+pytestmark = pytest.mark.fleet
+
+
+def meta(key: str, etag: str = "e1") -> ObjectMeta:
+    return ObjectMeta(key=key, size=5, etag=etag, last_modified=datetime(2026, 12, 6, tzinfo=UTC))
+
+
+def test_each_catalog_gets_its_lookups(engine: Engine) -> None:
+    found = lookups_for(engine)
+    assert isinstance(found, PgLookups if engine.dialect.name == "postgresql" else SqliteLookups)
+
+
+def test_answers_equal_the_engines(fresh_postgres_url: str) -> None:
+    upgrade(fresh_postgres_url)
+    engine = make_engine(fresh_postgres_url)
+    index = CacheIndex(engine, "node-a")
+    assert isinstance(index.lookups, PgLookups)
+    assert index.get("b", "k") is None
+    index.put_ready(meta("k"), "b", 1 << 20, None, False, time.time(), cached_bytes=5)
+    fast = index.get("b", "k")
+    index.lookups = None  # the SQLAlchemy statement it stands in for
+    slow = index.get("b", "k")
+    assert fast is not None and fast == slow
+    journal = Journal(engine, "node-a")
+    assert isinstance(journal.lookups, PgLookups)
+    assert journal.lookups.newest_version("b", "k") is None
+    assert journal.latest_dirty("b", "k") is None
+    engine.dispose()
+
+
+def test_a_connection_the_server_dropped_costs_no_lookup(fresh_postgres_url: str) -> None:
+    upgrade(fresh_postgres_url)
+    engine = make_engine(fresh_postgres_url)
+    lookups = PgLookups.for_engine(engine)
+    assert lookups is not None
+    assert lookups.newest_version("b", "k") is None
+    (conn,) = lookups._idle
+    with engine.connect() as admin:
+        admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": conn.info.backend_pid})
+    assert lookups.newest_version("b", "k") is None  # tried again on a new connection
+    assert lookups._idle and lookups._idle[0] is not conn
+    lookups.close()
+    engine.dispose()
+
+
+def test_an_unreachable_server_is_service_unavailable() -> None:
+    engine = make_engine(f"postgresql+psycopg://postgres@127.0.0.1:{closed_port()}/ferry")
+    lookups = PgLookups.for_engine(engine)
+    assert lookups is not None
+    with pytest.raises(CatalogUnavailable):
+        lookups.cache_entry("node-a", "b", "k")
+    assert not lookups._idle
+
+
+def test_connections_are_bounded_and_reused(fresh_postgres_url: str) -> None:
+    """40 threads asking at once hold at most 16 connections; 8 stay open afterwards."""
+    upgrade(fresh_postgres_url)
+    engine = make_engine(fresh_postgres_url)
+    lookups = PgLookups.for_engine(engine)
+    assert lookups is not None
+    lock = threading.Lock()
+    out = {"now": 0, "most": 0}
+    real_borrow, real_give_back = lookups._borrow, lookups._give_back
+
+    def borrow() -> Any:
+        conn = real_borrow()
+        with lock:
+            out["now"] += 1
+            out["most"] = max(out["most"], out["now"])
+        return conn
+
+    def give_back(conn: Any) -> None:
+        with lock:
+            out["now"] -= 1
+        real_give_back(conn)
+
+    lookups._borrow = borrow  # type: ignore[method-assign]
+    lookups._give_back = give_back  # type: ignore[method-assign]
+    with ThreadPoolExecutor(40) as pool:
+        assert set(pool.map(lambda i: lookups.newest_version("b", f"k{i}"), range(2000))) == {None}
+    assert 1 <= out["most"] <= 16 and out["now"] == 0
+    assert len(lookups._idle) <= 8
+    lookups.close()
+    assert not lookups._idle
+    engine.dispose()
