@@ -58,12 +58,16 @@ def test_a_connection_the_server_dropped_costs_no_lookup(fresh_postgres_url: str
     engine = make_engine(fresh_postgres_url)
     lookups = PgLookups.for_engine(engine)
     assert lookups is not None
-    assert lookups.newest_version("b", "k") is None
-    (conn,) = lookups._idle
-    with engine.connect() as admin:
-        admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": conn.info.backend_pid})
+    with ThreadPoolExecutor(4) as pool:  # four connections idle
+        barrier = threading.Barrier(4)
+        list(pool.map(lambda _: (barrier.wait(), lookups._one("SELECT pg_sleep(0.05)", ()))[1], range(4)))
+    idle = list(lookups._idle)
+    assert len(idle) == 4
+    with engine.connect() as admin:  # as a server restart does: every connection dropped
+        for conn in idle:
+            admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": conn.info.backend_pid})
     assert lookups.newest_version("b", "k") is None  # tried again on a new connection
-    assert lookups._idle and lookups._idle[0] is not conn
+    assert len(lookups._idle) == 1 and lookups._idle[0] not in idle
     lookups.close()
     engine.dispose()
 

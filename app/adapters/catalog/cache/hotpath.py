@@ -138,7 +138,10 @@ class PgLookups:
                 try:
                     row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                    conn.close()  # a connection the server dropped (a restart): once more, on a new one
+                    # A connection the server dropped (a restart): so were the idle ones, all
+                    # opened before it. Once more, on a new connection.
+                    conn.close()
+                    self.close()
                     if attempt == 2:
                         raise CatalogUnavailable() from exc
                     continue
