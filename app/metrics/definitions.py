@@ -84,6 +84,15 @@ FLEET_PEER_RELAYED = Counter("ferry_fleet_peer_relayed_total",
                              "first reads of them, below FERRY_FLEET_COPY_READS)")
 
 
+READ_AHEAD_BYTES = Counter("ferry_read_ahead_bytes_total",
+                           "Bytes of reads the cache passed through: fetched ahead from the remote in "
+                           "windows (fetched), served from those windows (served)", ["outcome"])
+
+
+def read_ahead(outcome: str, nbytes: int) -> None:
+    READ_AHEAD_BYTES.labels(outcome).inc(nbytes)
+
+
 def fleet_peer_read(result: str) -> None:
     FLEET_PEER_READS.labels(result).inc()
 

@@ -107,6 +107,12 @@ class ReadCache(CacheBase):
         thread), for a caller that reads it with other state and passes it back as ``known``."""
         return self.index.get(bucket, key)
 
+    def changed_since(self, bucket: str, key: str, since: float) -> bool:
+        """Whether a write of the key was accepted or destaged since ``since`` (wall time), or one
+        is still dirty: bytes of the key read from the remote before then may be the older
+        version (blocking)."""
+        return self.index.changed_since(bucket, key, since)
+
     async def current(self, bucket: str, key: str, policy: Policy, known: Any = LOOKUP) -> tuple[Entry | None, str]:
         """The entry to serve and why ('hit', 'stale'), or (None, 'miss') when the remote must be read.
         ``known``: the index row the caller already looked up (None: there is none; LOOKUP: ask)."""

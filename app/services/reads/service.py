@@ -25,6 +25,7 @@ from app.services.bodies import (
 )
 from app.services.cache import LOOKUP
 from app.services.core import GatewayCore
+from app.services.reads.read_ahead import ReadAhead
 
 
 class ReadsService:
@@ -40,6 +41,9 @@ class ReadsService:
         self._check_key = core.check_key
         self._run = core.run
         self.policy = core.policy
+        # Reads the cache passes through keep a read-ahead window per object (read_ahead.py).
+        self.read_ahead = ReadAhead(self.remote.get_object, self.cache.changed_since, core.run,
+                                    max_window=self.cache.block_size)
 
     async def head_object(self, bucket: str, key: str, tenant_id: int | None = None) -> ObjectMeta:
         self._check_key(bucket, key)
@@ -110,7 +114,8 @@ class ReadsService:
                                   cached.data)
         else:
             metrics.cache_outcome("bypass", bucket, tenant_id)
-        read = await self._get_remote(bucket, key, rng)
+        ahead = await self.read_ahead.open(bucket, key, rng, policy) if policy.caches else None
+        read = ahead if ahead is not None else await self._get_remote(bucket, key, rng)
         try:
             conditions.check(read.meta.etag, read.meta.last_modified)
         except S3Error:
