@@ -118,3 +118,70 @@ def test_refusals_match_botocore(store: RemoteStore, remote_bucket: str, tmp_pat
                 send(bucket, key, upload, 1, fh, len(data), md5, {})
             errors.append((caught.value.code, caught.value.status))
         assert errors[0] == errors[1], (bucket, errors)
+
+
+def _put_both(store: RemoteStore, bucket: str, key: str, path: Path, data: bytes, **kwargs: Any) -> list[Any]:
+    """The raw PutObject's and botocore's outcomes for the same call, on two keys: the stored
+    object's metadata (HeadObject), or the error's (code, status)."""
+    outcomes: list[Any] = []
+    raw_calls: list[str] = []
+    real = store.putter.put
+
+    def counted(operation: str, *rest: Any) -> Any:
+        raw_calls.append(operation)
+        return real(operation, *rest)
+
+    store.putter.put = counted  # type: ignore[method-assign]
+    try:
+        _put_each(store, bucket, key, path, data, kwargs, outcomes)
+    finally:
+        del store.putter.put
+    assert raw_calls == ["PutObject"]  # the first went the raw way, the second through botocore
+    return outcomes
+
+
+def _put_each(store: RemoteStore, bucket: str, key: str, path: Path, data: bytes, kwargs: dict[str, Any],
+              outcomes: list[Any]) -> None:
+    for suffix, send in (("-raw", store.objects.put_object), ("-boto", store.objects._put_object_boto)):
+        args = {"content_md5": b64md5(data), "content_headers": {}, "metadata": {}, "checksums": {}, **kwargs}
+        conditions = {name: args.pop(name) for name in ("if_match", "if_none_match") if name in args}
+        try:
+            with open(path, "rb") as fh:
+                etag = send(bucket, key + suffix, fh, len(data), args["content_md5"], args["content_headers"],
+                            args["metadata"], args["checksums"], **conditions)
+        except S3Error as err:
+            outcomes.append((err.code, err.status))
+            continue
+        meta = store.head_object(bucket, key + suffix)
+        outcomes.append((etag, meta.etag, meta.size, meta.content_headers, meta.metadata, meta.checksums))
+
+
+def test_put_object_raw_stores_what_botocore_stores(store: RemoteStore, remote_bucket: str, tmp_path: Path) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    path = staged(tmp_path, data)
+    headers = {"content-type": "text/plain; charset=utf-8", "content-disposition": 'attachment; filename="x"',
+               "cache-control": "max-age=5", "content-language": "fr", "content-encoding": "identity",
+               "expires": "Thu, 01 Dec 2094 16:00:00 GMT"}
+    latin1 = {"owner": "team-a", "note": "caf\xe9", "utf8": "\xc3\xbc"}  # raw bytes as latin-1 strings
+    raw, boto = _put_both(store, remote_bucket, "obj", path, data, content_headers=headers, metadata=latin1,
+                          checksums={"CRC32": b64crc32(data)})
+    assert raw == boto
+    assert raw[0] == raw[1] == hashlib.md5(data).hexdigest() and raw[4] == latin1
+    assert store.get_object(remote_bucket, "obj-raw")[1].read() == data
+
+
+def test_put_object_raw_refusals_match_botocore(store: RemoteStore, remote_bucket: str, tmp_path: Path) -> None:
+    data = b"x" * 1000
+    path = staged(tmp_path, data)
+    assert _put_both(store, remote_bucket, "cond", path, data)[0][0] == hashlib.md5(data).hexdigest()
+    cases: list[dict[str, Any]] = [
+        {"if_match": "0" * 32},                       # another version than the one there: 412
+        {"if_none_match": "*"},                       # an object is there: 412
+        {"content_md5": b64md5(b"other")},            # a corrupt body: BadDigest
+        {"checksums": {"CRC32": b64crc32(b"other")}},  # a wrong checksum
+    ]
+    for case in cases:
+        raw, boto = _put_both(store, remote_bucket, "cond", path, data, **case)
+        assert raw == boto and isinstance(raw[1], int) and raw[1] >= 400, (case, raw, boto)
+    assert _put_both(store, remote_bucket, "cond", path, data,
+                     if_match=hashlib.md5(data).hexdigest())[0][0] == hashlib.md5(data).hexdigest()

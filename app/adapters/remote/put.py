@@ -1,4 +1,5 @@
-"""UploadPart without botocore: a staged part sent to the remote as one raw signed request.
+"""UploadPart and PutObject without botocore: a staged body sent to the remote as one raw signed
+request (eager part copies, the destage's parts and single PUTs).
 
 botocore's ``upload_part`` over plain HTTP signs the body: it reads the whole part to hash it
 with SHA-256 (over HTTPS with a Content-MD5 it sends ``UNSIGNED-PAYLOAD`` instead), then reads it
@@ -10,16 +11,17 @@ remote checks the body against them and refuses a corrupt one (``BadDigest``), s
 verified end to end and a changed header fails the signature. The body goes from the staged file
 to the socket with ``sendfile`` in slices, asking the lease fence (``fencing.unwrap``) before
 each: once a lease is over nothing more is sent and the connection is dropped mid-body, as a
-fenced read would under botocore.
+fenced read would under botocore. A body that is no file (an inline row's bytes) is sent by reads.
 
 Same behaviour as botocore's call where it matters: the client's credentials (refreshed as
 botocore refreshes them), its connect and read timeouts, ``max_attempts`` attempts with jittered
 backoff on network errors, 429/5xx and S3's transient 400s, the circuit breaker, the metrics,
 no attempt started after the lease (``fencing.check``), and non-2xx answers raised as botocore's
 ``ClientError`` for ``translate_errors``. Used only where nothing of the client's transport is
-lost: a plain ``http://`` endpoint, no proxy for it, no client certificate, signed requests and an
-addressing ``LeanGetter.request_url`` maps. HTTPS endpoints keep botocore's call (which already
-skips the payload hash there); so does ``raw_writes=False``.
+lost: a plain ``http://`` endpoint, no proxy for it, no client certificate, signed requests, an
+addressing ``LeanGetter.request_url`` maps, and header values that are latin-1 (``sendable``).
+HTTPS endpoints keep botocore's call (which already skips the payload hash there); so does
+``raw_writes=False`` (``FERRY_REMOTE_RAW_WRITES``).
 """
 
 from __future__ import annotations
@@ -190,6 +192,10 @@ class LeanPutter:
             return None
         return f"{url}?partNumber={number}&uploadId={quote(upload_id, safe='-_.~')}"
 
+    def object_url(self, bucket: str, key: str) -> str | None:
+        """PutObject's URL, or None where the raw request does not apply."""
+        return self.lean.request_url(bucket, key) if self.enabled else None
+
     def put(self, operation: str, url: str, headers: dict[str, str], body: BinaryIO, size: int) -> Answer:
         """PUT ``size`` bytes of ``body`` (from its position) to ``url``; the remote's answer,
         whatever its status (the caller raises ``Answer.client_error`` for a non-2xx one)."""
@@ -316,6 +322,19 @@ def _send_body(sock: socket.socket, body: BinaryIO, raw: BinaryIO, start: int, s
             raise _short(left)
         offset += sent
         left -= sent
+
+
+def sendable(headers: dict[str, str]) -> bool:
+    """True when every value goes out as the single bytes it stands for (latin-1, one line): a
+    value that would not is left to botocore, which sends and signs it as UTF-8 (``rawsig``)."""
+    for value in headers.values():
+        if "\r" in value or "\n" in value:
+            return False
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            return False
+    return True
 
 
 def _short(left: int) -> S3Error:

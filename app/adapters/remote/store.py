@@ -29,10 +29,10 @@ class RemoteStore:
         self.circuit.instrument(self.client)
         self.lean = LeanGetter(self.client, cfg.addressing_style, cfg.max_attempts, cfg.deadline, self.circuit)
         self.buckets = BucketOps(self.client)
-        self.objects = ObjectOps(self.client, self.lean, self.buckets)
         self.putter = LeanPutter(self.client, self.lean, enabled=cfg.raw_writes, connect_timeout=cfg.connect_timeout,
                                  read_timeout=cfg.read_timeout, max_connections=cfg.max_connections,
                                  circuit=self.circuit)
+        self.objects = ObjectOps(self.client, self.lean, self.buckets, self.putter)
         self.multipart = MultipartOps(self.client, self.putter)
 
     # ---- buckets -------------------------------------------------------------------------------
