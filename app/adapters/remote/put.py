@@ -153,7 +153,7 @@ def _dropped(sock: socket.socket) -> bool:
 
 
 class LeanPutter:
-    """Raw signed UploadPart requests with a file body (thread-safe)."""
+    """Raw signed PUTs (UploadPart, PutObject) of a staged body (thread-safe)."""
 
     def __init__(self, client: Any, lean: LeanGetter, *, enabled: bool = True, connect_timeout: float = 5.0,
                  read_timeout: float = 10.0, max_connections: int = 64,
