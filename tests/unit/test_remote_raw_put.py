@@ -252,3 +252,29 @@ def test_unwrap_sees_through_nested_lease_bounds() -> None:
     inner._until = 0.0  # the inner lease is over
     with pytest.raises(LeaseLost):
         check()
+
+
+def test_put_object_goes_raw_with_its_headers_signed(tmp_path: Path, remote: ScriptedRemote) -> None:
+    store = store_for(remote.port)
+    path, data, md5 = part_file(tmp_path, 70_000)
+    headers = {"content-type": "text/plain", "expires": "Thu, 01 Dec 2094 16:00:00 GMT", "x-not-content": "no"}
+    with open(path, "rb") as fh:
+        etag = store.put_object("b", "k", fh, len(data), md5, headers, {"note": "caf\xe9"}, {"SHA256": "c2hh"},
+                                if_match="0123")
+    assert etag == hashlib.md5(data).hexdigest()
+    (seen,) = remote.seen
+    assert seen.request_line == "PUT /b/k HTTP/1.1" and seen.body == data
+    assert seen.headers["x-amz-meta-note"] == "caf\xe9"  # the single byte 0xe9, as the client sent it
+    assert seen.headers["if-match"] == '"0123"' and seen.headers["expires"] == headers["expires"]
+    assert "x-not-content" not in seen.headers and seen.headers["x-amz-checksum-sha256"] == "c2hh"
+    signed = seen.headers["authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")
+    assert {"content-md5", "content-type", "expires", "if-match", "x-amz-meta-note"} <= set(signed)
+
+
+def test_values_that_are_not_single_bytes_go_through_botocore(remote: ScriptedRemote) -> None:
+    store = store_for(remote.port, max_attempts=1)
+    md5 = base64.b64encode(hashlib.md5(b"x").digest()).decode()
+    store.put_object("b", "k", io.BytesIO(b"x"), 1, md5, {}, {"note": "\u65e5"}, {})  # above 255: UTF-8
+    (seen,) = remote.seen
+    assert "Botocore/" in seen.headers.get("user-agent", "")  # botocore's request, not the raw one
+    assert seen.headers["x-amz-meta-note"].encode("latin-1") == "\u65e5".encode()
