@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import os
 import random
 import select
@@ -290,11 +291,13 @@ def _send_body(sock: socket.socket, body: BinaryIO, raw: BinaryIO, start: int, s
                fence: Callable[[], None]) -> None:
     """``size`` bytes from ``start``: with sendfile from a regular file, else in 1 MiB reads of
     ``body`` (whose fenced reads ask the lease themselves)."""
-    try:
-        fd = raw.fileno()
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-    except (AttributeError, OSError, ValueError):
-        regular = False
+    regular = False
+    if isinstance(raw, io.BufferedReader | io.FileIO):  # a file opened for reading (not a spool: its
+        try:                                             # fileno() would write it out to disk first)
+            fd = raw.fileno()
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        except (OSError, ValueError):
+            regular = False
     if not regular:
         body.seek(start)
         left = size
