@@ -130,6 +130,7 @@ def remote_config(settings: Settings) -> RemoteConfig:
         circuit_failures=settings.remote_circuit_failures,
         circuit_cooldown=settings.remote_circuit_cooldown,
         verify_tls=settings.remote_verify_tls,
+        raw_writes=settings.remote_raw_writes,
     )
 
 

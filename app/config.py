@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     remote_circuit_failures: int = Field(1, ge=1)
     remote_circuit_cooldown: float = Field(5.0, gt=0)
     remote_verify_tls: bool = True
+    # UploadPart (eager part copies, the multipart destage) as a raw signed UNSIGNED-PAYLOAD request
+    # with sendfile, where the remote is plain HTTP without a proxy (app/adapters/remote/put.py).
+    remote_raw_writes: bool = True
     # Capability profile of the settings' remote (app/domain/profiles.py): "seaweedfs" refuses
     # keys a filesystem-backed store would rename or lose (today's checks); "aws" accepts every
     # key AWS S3 accepts.

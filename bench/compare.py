@@ -36,12 +36,14 @@ from bench.workloads import PROFILES, Bench, Profile
 
 FIGURES = (  # (workload, field, label, unit)
     ("small_put", "p50_ms", "4 KiB PUT p50", "ms"),
+    ("small_put", "cpu_us_durable", "gateway CPU per 4 KiB PUT incl. destage", "us"),
     ("small_get", "http_p50_ms", "warm 4 KiB GET p50 (urllib3)", "ms"),
     ("small_get", "boto3_p50_ms", "warm 4 KiB GET p50 (boto3)", "ms"),
     ("cold_epoch", "seconds", "cold epoch", "s"),
     ("checkpoint", "write_mbps", "checkpoint ack", "MB/s"),
     ("checkpoint", "durable_s", "checkpoint remote holds it", "s"),
     ("checkpoint", "cpu_s_per_gib", "checkpoint CPU until ack", "s/GiB"),
+    ("checkpoint", "cpu_s_per_gib_durable", "checkpoint CPU until remote holds it", "s/GiB"),
 )
 WORKLOADS = ("small_put", "small_get", "cold_epoch")
 CHOICES = (*WORKLOADS, "checkpoint")
@@ -65,7 +67,11 @@ def ratios(results: dict[str, dict[str, list[dict[str, Any]]]], names: list[str]
     base = by_run[names[-1]]  # the baseline comes last
     acks = [med([by_run[n][r]["write_mbps"] / base[r]["write_mbps"] for r in by_run[n] if r in base])
             for n in names]
-    rows = [["checkpoint ack MB/s ÷ baseline's (per run)", *acks]]
+    cpus = [med([by_run[n][r]["cpu_s_per_gib"] / base[r]["cpu_s_per_gib"] for r in by_run[n]
+                 if r in base and "cpu_s_per_gib" in by_run[n][r] and base[r].get("cpu_s_per_gib")])
+            for n in names]
+    rows = [["checkpoint ack MB/s ÷ baseline's (per run)", *acks],
+            ["checkpoint CPU until ack ÷ baseline's (per run)", *cpus]]
     holds = [med([by_run[n][r]["durable_s"] / by_run["direct"][r]["ack_s"] for r in by_run[n] if r in by_run["direct"]])
              for n in names]
     return [*rows, ["checkpoint remote holds it ÷ direct upload (per run)", *holds]] if ck else []

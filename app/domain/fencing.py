@@ -92,6 +92,23 @@ class Lease:
             _current.reset(token)
 
 
+def unwrap(body: BinaryIO) -> tuple[BinaryIO, Callable[[], None]]:
+    """The file under a body's ``Lease.bound`` wrappers, and a check that raises LeaseLost as
+    their reads would: for a sender that hands the file to the kernel (``sendfile``) instead of
+    reading it, which must ask the check before every piece it sends."""
+    leases: list[Lease] = []
+    while isinstance(body, _FencedBody):
+        leases.append(body._lease)
+        body = body._raw
+
+    def check() -> None:
+        for lease in leases:
+            if lease.expired():
+                raise LeaseLost(f"the destage lease ended while the body was being sent ({lease.what})")
+
+    return body, check
+
+
 class _FencedBody:
     """A file object whose reads fail with LeaseLost once the lease is over: the HTTP client then
     closes the connection before the body is complete, so the remote never commits the write."""

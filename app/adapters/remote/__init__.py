@@ -2,7 +2,8 @@
 
 The package: ``client`` (configuration and client construction), ``wire`` (errors, parameters,
 header strings, bodies), ``buckets``, ``objects`` and ``multipart`` (the operations, three parts
-``store.RemoteStore`` is composed of and names for each call).
+``store.RemoteStore`` is composed of and names for each call), ``get`` and ``put`` (GetObject,
+and UploadPart/PutObject of a staged body, as raw signed requests where they apply).
 
 Remote failures become ``S3Error`` values: the remote's own S3 error passes through with its
 code and status (a missing key is ``NoSuchKey`` whoever says it); an unreachable remote, or one

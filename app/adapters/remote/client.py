@@ -33,6 +33,7 @@ class RemoteConfig:
     deadline: float = 15.0
     circuit_failures: int = 1
     circuit_cooldown: float = 5.0
+    raw_writes: bool = True  # UploadPart as a raw signed UNSIGNED-PAYLOAD request where it applies (put.py)
 
 
 def make_client(cfg: RemoteConfig) -> Any:

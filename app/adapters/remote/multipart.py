@@ -7,13 +7,17 @@ import contextlib
 from datetime import datetime
 from typing import Any, BinaryIO
 
+from app.adapters.remote.put import LeanPutter
 from app.adapters.remote.wire import _CHECKSUM_PARAM, object_params, translate_errors
 from app.domain.errors import S3Error
 
 
 class MultipartOps:
-    def __init__(self, client: Any) -> None:
+    """``putter`` sends UploadPart as a raw signed request where it applies (``put.py``)."""
+
+    def __init__(self, client: Any, putter: LeanPutter | None = None) -> None:
         self.client = client
+        self.putter = putter
 
     # ---- multipart (destage of a locally assembled upload) -------------------------------------
     def create_multipart(self, bucket: str, key: str, content_headers: dict[str, str],
@@ -32,6 +36,20 @@ class MultipartOps:
 
     def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: BinaryIO, size: int,
                     content_md5: str, checksums: dict[str, str]) -> str:
+        url = self.putter.part_url(bucket, key, upload_id, number) if self.putter is not None else None
+        if url is not None and self.putter is not None:
+            headers = {"Content-MD5": content_md5}
+            for alg, value in checksums.items():
+                headers[f"x-amz-checksum-{alg.lower()}"] = value
+            with translate_errors(bucket, key):
+                answer = self.putter.put("UploadPart", url, headers, body, size)
+                if answer.status >= 300:
+                    raise answer.client_error("UploadPart")
+            return answer.headers.get("etag", "").strip('"')
+        return self._upload_part_boto(bucket, key, upload_id, number, body, size, content_md5, checksums)
+
+    def _upload_part_boto(self, bucket: str, key: str, upload_id: str, number: int, body: BinaryIO, size: int,
+                          content_md5: str, checksums: dict[str, str]) -> str:
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number,
                                   "Body": body, "ContentLength": size, "ContentMD5": content_md5}
         for alg, value in checksums.items():

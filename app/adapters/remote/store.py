@@ -14,6 +14,7 @@ from app.adapters.remote.client import RemoteConfig, make_client
 from app.adapters.remote.get import LeanGetter
 from app.adapters.remote.multipart import MultipartOps
 from app.adapters.remote.objects import ObjectOps
+from app.adapters.remote.put import LeanPutter
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes
 
 
@@ -28,8 +29,11 @@ class RemoteStore:
         self.circuit.instrument(self.client)
         self.lean = LeanGetter(self.client, cfg.addressing_style, cfg.max_attempts, cfg.deadline, self.circuit)
         self.buckets = BucketOps(self.client)
-        self.objects = ObjectOps(self.client, self.lean, self.buckets)
-        self.multipart = MultipartOps(self.client)
+        self.putter = LeanPutter(self.client, self.lean, enabled=cfg.raw_writes, connect_timeout=cfg.connect_timeout,
+                                 read_timeout=cfg.read_timeout, max_connections=cfg.max_connections,
+                                 circuit=self.circuit)
+        self.objects = ObjectOps(self.client, self.lean, self.buckets, self.putter)
+        self.multipart = MultipartOps(self.client, self.putter)
 
     # ---- buckets -------------------------------------------------------------------------------
     def list_buckets(self) -> list[BucketInfo]:
