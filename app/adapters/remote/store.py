@@ -27,7 +27,7 @@ class RemoteStore:
         self.circuit = CircuitBreaker(cfg.endpoint or "aws", cfg.circuit_failures, cfg.circuit_cooldown)
         self.circuit.instrument(self.client)
         self.lean = LeanGetter(self.client, cfg.addressing_style, cfg.max_attempts, cfg.deadline, self.circuit)
-        self.buckets = BucketOps(self.client)
+        self.buckets = BucketOps(self.client, self.lean)
         self.objects = ObjectOps(self.client, self.lean, self.buckets)
         self.multipart = MultipartOps(self.client)
 
