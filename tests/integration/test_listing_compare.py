@@ -143,16 +143,6 @@ def check_pages(got: Iterator[tuple[list[tuple[str, Any]], bool]], want: list[tu
     assert position == len(want), f"{what}: {len(want) - position} entries never listed"
 
 
-def _unused(got: Any, want: Any, max_keys: int, what: str) -> None:
-    position = 0
-    for number, (listed, truncated) in enumerate(got):
-        expected = want[position:position + max_keys]
-        assert listed == expected, f"{what}: page {number} differs"
-        position += len(expected)
-        assert truncated == (position < len(want)), f"{what}: page {number} truncated={truncated}"
-    assert position == len(want), f"{what}: {len(want) - position} entries never listed"
-
-
 def direct_keys(seaweed: Any, bucket: str, prefix: str) -> set[str]:
     """Every key SeaweedFS holds under ``prefix`` (its own listing, its own order)."""
     client = seaweed.client()
