@@ -27,9 +27,14 @@ def iso8601(when: datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
+_NEEDS_ESCAPE = re.compile('[&<>"\x00-\x08\x0b\x0c\x0e-\x1f\r]')
+
+
 def text(value: object) -> str:
     """Escape text for XML; characters XML 1.0 cannot carry become numeric references."""
     raw = str(value)
+    if _NEEDS_ESCAPE.search(raw) is None:  # most text: nothing to escape (one C scan)
+        return raw
     out = escape(raw, {'"': "&quot;"})
     if any(ord(c) < 0x20 and c not in "\t\n\r" for c in out):
         out = "".join(f"&#x{ord(c):X};" if ord(c) < 0x20 and c not in "\t\n\r" else c for c in out)

@@ -230,3 +230,42 @@ def test_a_truncated_page_is_full_when_buffered_deletes_thin_the_remote_page(tmp
     asyncio.run(scenario())
     pages = _all_pages(svc, None, 2)
     assert pages == [(["k0", "k3"], [], True), (["k6", "k7"], [], False)]
+
+
+class _PrefixAtMarkerRemote(FaultyRemote):
+    """Lists a common prefix that the start-after marker lies in, or equals (SeaweedFS's walk with
+    a delimiter other than '/' did; S3 itself may): a key after the marker rolls it up again."""
+
+    def list_objects(self, bucket: str, prefix: str, delimiter: str | None, start_after: str | None,
+                     max_keys: int) -> Any:
+        page = super().list_objects(bucket, prefix, delimiter, None, 100_000)
+        names = sorted([(c.key, c) for c in page.contents] + [(p, None) for p in page.common_prefixes],
+                       key=lambda n: n[0])
+        names = [n for n in names if not start_after or n[0] > start_after
+                 or (n[1] is None and start_after.startswith(n[0]) and any(
+                     k > start_after and k.startswith(n[0]) for k in self.buckets[bucket]))]
+        chosen, truncated = names[:max_keys], len(names) > max_keys
+        from app.domain.objects import ListPage
+        return ListPage([c for _, c in chosen if c is not None], [n for n, c in chosen if c is None], truncated,
+                        chosen[-1][0] if truncated and chosen else None)
+
+
+def test_a_prefix_emptied_by_buffered_deletes_ends_no_listing_early(tmp_path: Path) -> None:
+    """max-keys 1, delimiter '-': the merge's limit is a remote common prefix that buffered deletes
+    emptied; reading on from it rolled it up again, round after round, until the rounds ran out
+    and the page said IsTruncated=false with keys still to come (found by
+    tests/integration/test_listing_compare.py against SeaweedFS)."""
+    remote = _PrefixAtMarkerRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+
+    async def scenario() -> None:
+        for key in ("a", "d/<-0/x", "d/<-1", "z"):
+            await svc.put("b", key, b"x")
+        svc.destage_all()
+        for key in ("d/<-0/x", "d/<-1"):
+            await svc.gateway.delete_object("b", key)
+
+    asyncio.run(scenario())
+    assert _all_pages(svc, "-", 1) == [(["a"], [], True), (["z"], [], False)]
+    assert _all_pages(svc, "-", 1000) == [(["a", "z"], [], False)]

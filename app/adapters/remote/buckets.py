@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.adapters.remote.get import LeanGetter, client_error
+from app.adapters.remote.listing import (
+    OPERATION,
+    REDIRECT_CODES,
+    REDIRECTS,
+    list_query,
+    parse_list_v2,
+)
 from app.adapters.remote.wire import translate_errors
+from app.domain.errors import S3Error
 from app.domain.objects import (
     BucketInfo,
     ListPage,
@@ -13,8 +22,12 @@ from app.domain.objects import (
 
 
 class BucketOps:
-    def __init__(self, client: Any) -> None:
+    """``lean``: listings go as signed GETs parsed without botocore where it can address them
+    (``adapters.remote.listing``); botocore answers the rest."""
+
+    def __init__(self, client: Any, lean: LeanGetter | None = None) -> None:
         self.client = client
+        self.lean = lean
 
     # ---- buckets -----------------------------------------------------------------------------
     def list_buckets(self) -> list[BucketInfo]:
@@ -45,6 +58,35 @@ class BucketOps:
     # ---- listing -----------------------------------------------------------------------------
     def list_objects(self, bucket: str, prefix: str, delimiter: str | None, start_after: str | None,
                      max_keys: int) -> ListPage:
+        base = self.lean.bucket_url(bucket) if self.lean is not None else None
+        if base is not None:
+            page = self._list_lean(base, bucket, prefix, delimiter, start_after, max_keys)
+            if page is not None:
+                return page
+        return self._list_boto(bucket, prefix, delimiter, start_after, max_keys)
+
+    def _list_lean(self, base: str, bucket: str, prefix: str, delimiter: str | None, start_after: str | None,
+                   max_keys: int) -> ListPage | None:
+        """The page, or None when the remote redirects (botocore's region redirector follows)."""
+        assert self.lean is not None
+        url = f"{base}?{list_query(prefix, delimiter, start_after, max_keys)}"
+        with translate_errors(bucket):
+            response, body = self.lean.read(url, {}, OPERATION)
+            if response.status_code in REDIRECTS:
+                response.raw.close()
+                return None
+            if response.status_code >= 300:
+                error = client_error(response, OPERATION)
+                if error.response["Error"]["Code"] in REDIRECT_CODES:
+                    return None
+                raise error
+        try:
+            return parse_list_v2(body)
+        except ValueError as exc:  # MalformedListing, a bad number or time: as botocore's unparseable answer
+            raise S3Error("ServiceUnavailable", f"Remote request failed: a malformed listing ({exc})") from exc
+
+    def _list_boto(self, bucket: str, prefix: str, delimiter: str | None, start_after: str | None,
+                   max_keys: int) -> ListPage:
         kwargs: dict[str, Any] = {"Bucket": bucket, "MaxKeys": max_keys, "Prefix": prefix}
         if delimiter:
             kwargs["Delimiter"] = delimiter

@@ -16,6 +16,7 @@ DNS-compatible buckets. Anything else (``auto`` addressing, unsigned clients) re
 from __future__ import annotations
 
 import contextlib
+import http.client
 import random
 import re
 import time
@@ -26,6 +27,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import botocore.exceptions
+import urllib3
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.response import StreamingBody
@@ -62,26 +64,43 @@ class LeanGetter:
 
     def request_url(self, bucket: str, key: str) -> str | None:
         """The object's URL as botocore would address it, or None where this path does not apply."""
+        base = self.bucket_url(bucket)
+        if base is None:
+            return None
+        return f"{base}{'' if base.endswith('/') else '/'}{quote(key.encode('utf-8'), safe='/~')}"
+
+    def bucket_url(self, bucket: str) -> str | None:
+        """The bucket's URL as botocore addresses a bucket operation (``/bucket`` in the path, or
+        the bucket's host name and ``/``), or None where this path does not apply."""
         if self.credentials is None:
             return None
-        path = quote(key.encode("utf-8"), safe="/~")
         if self.addressing_style == "path":
-            return f"{self.scheme}://{self.netloc}{self.base_path}/{bucket}/{path}"
+            return f"{self.scheme}://{self.netloc}{self.base_path}/{bucket}"
         if self.addressing_style == "virtual" and _DNS_BUCKET.match(bucket) and not self.base_path:
-            return f"{self.scheme}://{bucket}.{self.netloc}/{path}"
+            return f"{self.scheme}://{bucket}.{self.netloc}/"
         return None
 
     def _give_up(self, attempt: int, started: float) -> bool:
         """True when no further attempt may start: out of attempts, or past the deadline."""
         return attempt >= self.max_attempts or time.perf_counter() - started >= self.deadline
 
-    def get(self, url: str, headers: dict[str, str]) -> Any:
+    def get(self, url: str, headers: dict[str, str], operation: str = "GetObject") -> Any:
         """``_get`` guarded by the circuit breaker (a refused call raises 503 at once)."""
+        return self._guarded(url, headers, operation, False)
+
+    def read(self, url: str, headers: dict[str, str], operation: str) -> tuple[Any, bytes]:
+        """A small answer read whole (a listing page): the response and, when it is 2xx, its body
+        (else b"", the body left for ``client_error``). A body cut short is retried like a failed
+        connection, within the same attempts and deadline."""
+        response = self._guarded(url, headers, operation, True)
+        return response, getattr(response, "ferry_body", b"")
+
+    def _guarded(self, url: str, headers: dict[str, str], operation: str, read: bool) -> Any:
         if self.circuit is None:
-            return self._get(url, headers)
+            return self._get(url, headers, operation, read)
         self.circuit.before()
         try:
-            response = self._get(url, headers)
+            response = self._get(url, headers, operation, read)
         except _NETWORK_ERRORS:
             self.circuit.record(False)  # no answer: the remote may be down
             raise
@@ -91,8 +110,9 @@ class LeanGetter:
         self.circuit.record(True)  # any HTTP answer proves the remote alive
         return response
 
-    def _get(self, url: str, headers: dict[str, str]) -> Any:
-        """The remote's answer (a botocore ``AWSResponse`` whose body is not read yet).
+    def _get(self, url: str, headers: dict[str, str], operation: str = "GetObject", read: bool = False) -> Any:
+        """The remote's answer (a botocore ``AWSResponse`` whose body is not read yet; with
+        ``read``, a 2xx body is read whole into ``ferry_body``).
 
         Retried like botocore's standard mode: connection failures and 429/5xx answers, with
         jittered exponential backoff, but never past ``deadline``: a client is waiting, and a hung
@@ -109,21 +129,36 @@ class LeanGetter:
             prepared.stream_output = True
             try:
                 response = self.session.send(prepared)
+                if read and response.status_code < 300:
+                    response.ferry_body = _read_whole(response, url)
             except _NETWORK_ERRORS:
                 if self._give_up(attempt, started):
-                    metrics.remote_call_done("GetObject", "network", started, attempt - 1)
+                    metrics.remote_call_done(operation, "network", started, attempt - 1)
                     raise
             else:
                 if response.status_code not in RETRYABLE_STATUS or self._give_up(attempt, started):
                     status = response.status_code
                     outcome = "ok" if status < 400 else ("client_error" if status < 500 else "server_error")
-                    metrics.remote_call_done("GetObject", outcome, started, attempt - 1)
+                    metrics.remote_call_done(operation, outcome, started, attempt - 1)
                     return response
                 response.raw.close()
             time.sleep(random.random() * min(20.0, 2.0 ** (attempt - 1)))
 
 
-def client_error(response: Any) -> botocore.exceptions.ClientError:
+def _read_whole(response: Any, url: str) -> bytes:
+    """The whole body of an answer; one that breaks off is a closed connection (retried)."""
+    try:
+        body = response.raw.read()
+        length = response.headers.get("content-length")
+        if length is not None and length.isdigit() and len(body) != int(length):
+            raise urllib3.exceptions.IncompleteRead(len(body), int(length) - len(body))
+        return bytes(body)
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
+        response.raw.close()
+        raise botocore.exceptions.ConnectionClosedError(endpoint_url=url, error=exc) from exc
+
+
+def client_error(response: Any, operation: str = "GetObject") -> botocore.exceptions.ClientError:
     """A non-2xx answer as botocore would have raised it (so the usual error mapping applies)."""
     status = int(response.status_code)
     try:
@@ -142,7 +177,7 @@ def client_error(response: Any) -> botocore.exceptions.ClientError:
             pass
     parsed = {"Error": {"Code": code, "Message": message},
               "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": dict(response.headers)}}
-    return botocore.exceptions.ClientError(parsed, "GetObject")
+    return botocore.exceptions.ClientError(parsed, operation)
 
 
 def streaming_body(response: Any) -> StreamingBody:

@@ -55,11 +55,19 @@ class ByteOrderWalk:
 
     def __init__(self, list_call: ListCall) -> None:
         self.list_call = list_call
+        self._need: Callable[[], int] = lambda: LEVEL_PAGE  # entries the reader still wants
+
+    def _size(self) -> int:
+        """How many entries to ask the remote for: what the reader still wants and one more (the
+        entry that shows a held directory may follow), at least 2 and at most a page. A page of
+        1,000 keys read one past is then two requests of 1,000 and 3 entries, not 2 x 1,000."""
+        return max(2, min(LEVEL_PAGE, self._need() + 1))
 
     def page(self, prefix: str, delimiter: str | None, start_after: str | None, max_keys: int) -> ListPage:
         """One ListObjects page in byte order: up to ``max_keys`` entries after ``start_after``."""
         entries: list[Entry] = []
-        for entry in self.entries(prefix, delimiter, start_after, max_keys + 1):
+        self._need = lambda: max_keys + 1 - len(entries)
+        for entry in self.entries(prefix, delimiter, start_after):
             entries.append(entry)
             if len(entries) > max_keys:
                 break
@@ -69,25 +77,25 @@ class ByteOrderWalk:
         prefixes = [e for e in chosen if isinstance(e, str)]
         return ListPage(contents, prefixes, truncated, entry_name(chosen[-1]) if truncated and chosen else None)
 
-    def entries(self, prefix: str, delimiter: str | None, after: str | None, want: int) -> Iterator[Entry]:
+    def entries(self, prefix: str, delimiter: str | None, after: str | None) -> Iterator[Entry]:
         """Keys and common prefixes after ``after`` in byte order (lazily: stop reading any time)."""
-        size = max(2, min(LEVEL_PAGE, want + 1))
         if delimiter == SLASH:
-            yield from self._level(prefix, after, False, size)
+            yield from self._level(prefix, after, False)
             return
         while True:  # no delimiter, or another one: every key, rolled up here
-            for entry in self._level(prefix, after, True, size):
+            for entry in self._level(prefix, after, True):
                 rest = entry_name(entry)[len(prefix):]
                 if delimiter and delimiter in rest:
                     common = prefix + rest[: rest.index(delimiter) + len(delimiter)]
-                    yield common
+                    if after is None or common > after:  # a prefix the marker lies in is no entry after it
+                        yield common
                     after = common + PAST  # past everything the common prefix rolls up
                     break
                 yield entry
             else:
                 return
 
-    def _level(self, level: str, after: str | None, descend: bool, size: int) -> Iterator[Entry]:
+    def _level(self, level: str, after: str | None, descend: bool) -> Iterator[Entry]:
         """The entries of one level (the delimiter listing of ``level``) after ``after``, in byte
         order; with ``descend``, each directory's keys in its place."""
         if after is not None and not after.startswith(level):
@@ -101,14 +109,14 @@ class ByteOrderWalk:
             if SLASH in rest:  # the marker lies in a directory of this level
                 directory = level + rest[: rest.index(SLASH) + 1]
                 if descend:
-                    yield from self._level(directory, after, descend, size)
+                    yield from self._level(directory, after, descend)
                 held = self._directories_after(level, directory[:-1], include_self=False)
                 start = directory[:-1] + "." + PAST  # past the names the directory follows
             else:
                 held = self._directories_after(level, after, include_self=True)
-        for entry in self._converted(self._remote_level(level, start, size), held):
+        for entry in self._converted(self._remote_level(level, start), held):
             if isinstance(entry, str) and descend:
-                yield from self._level(entry, None, descend, size)
+                yield from self._level(entry, None, descend)
             else:
                 yield entry
 
@@ -138,10 +146,10 @@ class ByteOrderWalk:
         """Whether a key starts with ``directory`` (checked: SeaweedFS reads ``a//`` as ``a/``)."""
         return any(c.key.startswith(directory) for c in self.list_call(directory, None, None, 1).contents)
 
-    def _remote_level(self, level: str, start: str | None, size: int) -> Iterator[Entry]:
+    def _remote_level(self, level: str, start: str | None) -> Iterator[Entry]:
         """The remote's delimiter listing of ``level`` after ``start``, in the remote's order."""
         while True:
-            page = self.list_call(level, SLASH, start, size)
+            page = self.list_call(level, SLASH, start, self._size())
             # Not objects: a directory listed as its own entry, with no ETag (SeaweedFS answers so
             # for an empty directory its deleted keys left); a prefix no key is under any more.
             contents = [c for c in page.contents if c.etag.strip('"')]

@@ -28,7 +28,7 @@ class RemoteStore:
         self.circuit = CircuitBreaker(cfg.endpoint or "aws", cfg.circuit_failures, cfg.circuit_cooldown)
         self.circuit.instrument(self.client)
         self.lean = LeanGetter(self.client, cfg.addressing_style, cfg.max_attempts, cfg.deadline, self.circuit)
-        self.buckets = BucketOps(self.client)
+        self.buckets = BucketOps(self.client, self.lean)
         self.putter = LeanPutter(self.client, self.lean, enabled=cfg.raw_writes, connect_timeout=cfg.connect_timeout,
                                  read_timeout=cfg.read_timeout, max_connections=cfg.max_connections,
                                  circuit=self.circuit)

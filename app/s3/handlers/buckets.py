@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
 from app.domain.objects import ListPage
@@ -62,18 +64,20 @@ async def get_bucket_versioning(req: S3Request, gw: Gateway) -> Response:
 
 def _contents(page: ListPage, encoding: str | None, *, owner: bool) -> str:
     """``<Contents>`` entries; ``owner`` adds each one's ``<Owner>`` (ListObjects v1 always,
-    v2 with ``fetch-owner=true``, as S3 does)."""
-    return "".join(
-        "<Contents>"
-        + xml.element("Key", encode_name(c.key, encoding))
-        + xml.element("LastModified", xml.iso8601(c.last_modified))
-        + xml.element("ETag", f'"{c.etag}"')
-        + xml.element("Size", c.size)
-        + (OWNER if owner else "")
-        + xml.element("StorageClass", c.storage_class)
-        + "</Contents>"
-        for c in page.contents
-    )
+    v2 with ``fetch-owner=true``, as S3 does). One f-string per entry, each timestamp formatted
+    once per page (a page's keys often share their second): the generic ``xml.element`` calls
+    were a quarter of the gateway's CPU for a 1,000-key page (py-spy, issue 30)."""
+    owned = OWNER if owner else ""
+    stamps: dict[datetime, str] = {}
+    out = []
+    for c in page.contents:
+        stamp = stamps.get(c.last_modified)
+        if stamp is None:
+            stamp = stamps[c.last_modified] = xml.iso8601(c.last_modified)
+        out.append(f"<Contents><Key>{xml.text(encode_name(c.key, encoding))}</Key><LastModified>{stamp}"
+                   f"</LastModified><ETag>&quot;{xml.text(c.etag)}&quot;</ETag><Size>{c.size}</Size>{owned}"
+                   f"<StorageClass>{xml.text(c.storage_class)}</StorageClass></Contents>")
+    return "".join(out)
 
 
 def _prefixes(page: ListPage, encoding: str | None) -> str:

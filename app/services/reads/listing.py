@@ -33,20 +33,26 @@ class ListingService:
         start_after = listing_start(marker, prefix, delimiter)
         contents: list[ObjectSummary] = []
         common: list[str] = []
-        last: str | None = None
+        more = False
         for _ in range(MERGE_ROUNDS):
             wanted = max_keys + 1 - len(contents) - len(common)
             page = await self._list_merged(bucket, prefix, delimiter, marker, start_after, wanted)
             contents += page.contents
             common += page.common_prefixes
-            if page.contents or page.common_prefixes:
-                last = max([c.key for c in page.contents] + page.common_prefixes)
+            more = page.is_truncated
             if not page.is_truncated or len(contents) + len(common) > max_keys:
                 break
-            # Read on from the position reached: after the last entry (past what a common prefix
-            # rolls up), or, with none, the merge's limit, which is not a name the client saw.
-            start_after = listing_start(last, prefix, delimiter) if page.next_marker == last else page.next_marker
-        return _first(contents, common, max_keys)
+            # Read on from the position reached: after the last entry, or, with none, the merge's
+            # limit (not a name the client saw); past what either rolls up when it is a common
+            # prefix (a limit that is one was listed, or emptied by buffered deletes: read from it
+            # again, it rolls up the same keys again and the listing goes no further).
+            start_after = listing_start(page.next_marker, prefix, delimiter)
+        page = _first(contents, common, max_keys)
+        if more and not page.is_truncated:
+            # Out of rounds before a full page: what was read is complete up to where the reading
+            # stopped; the client reads on from there (never a listing that ends early).
+            page.is_truncated, page.next_marker = True, start_after
+        return page
 
     async def _list_merged(self, bucket: str, prefix: str, delimiter: str | None, marker: str | None,
                            start_after: str | None, max_keys: int) -> ListPage:
