@@ -571,9 +571,16 @@ class SeaweedServer:
             self.resume()
 
     def close(self) -> None:
-        """Stop, release the ports, and remove the temp dir if this object created it."""
+        """Stop, release the ports, and remove the temp dir if this object created it, and the
+        gRPC socket files SeaweedFS left in /tmp for its ports (``/tmp/seaweedfs-*-<port>.sock``:
+        fixed paths it never removes; while the ports are still reserved they are this server's)."""
         self._terminate(timeout=15.0)
         if self._ports is not None:
+            if self._proc is None or self._proc.poll() is not None:
+                for port in self._ports.ports:
+                    for path in _socket_files(port):
+                        with contextlib.suppress(OSError):
+                            os.unlink(path)
             self._ports.release()
             self._ports = None
         if self._own_dir and self.base_dir is not None:
