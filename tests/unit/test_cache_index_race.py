@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import Engine
 
-from app.adapters.catalog.cache.index import CacheIndex, invalidate_key
+from app.adapters.catalog.cache.entry_rows import invalidate_key
+from app.adapters.catalog.cache.index import CacheIndex
 from app.domain.objects import ObjectMeta
 from app.domain.states import CacheState
 from tests.support.commit_gaps import other_commit_in_the_gap

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert, select, update
 
-from app.adapters.catalog.cache.index import CacheIndex, invalidate_key, move_entries
+from app.adapters.catalog.cache.entry_rows import invalidate_key, move_entries
+from app.adapters.catalog.cache.index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.repo import Catalog, move_uploads

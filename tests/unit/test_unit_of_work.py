@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, func, select
 
-from app.adapters.catalog.cache.index import SHARED_NODE
+from app.adapters.catalog.cache.entry_rows import SHARED_NODE
 from app.adapters.catalog.journal.journal import Journal
 from app.adapters.catalog.repo import Catalog
 from app.adapters.catalog.tables import CacheEntry, JournalReplica, MultipartUpload, ObjectVersion

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from app.adapters.catalog.cache.index import invalidate_key
+from app.adapters.catalog.cache.entry_rows import invalidate_key
 from app.adapters.catalog.engine import Sessions
 from app.adapters.catalog.journal.rows import NEWEST_ROW, delete_row, put_row, version_row
 from app.adapters.catalog.repo import UploadClaim, finish_upload

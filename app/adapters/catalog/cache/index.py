@@ -11,91 +11,33 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, insert, or_, select, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
+from app.adapters.catalog.cache.entry_rows import (
+    CACHE_LOCK_SPACE,
+    COLUMNS,
+    HOLDS_BLOCKS,
+    SHARED_NODE,
+    Row,
+    T,
+    entry_from_row,
+    invalidate_key,
+    lock_key_entries,
+    meta_to_json,
+)
 from app.adapters.catalog.cache.hotpath import lookups_for
 from app.adapters.catalog.engine import writer
-from app.adapters.catalog.tables import CacheEntry, ObjectVersion, Tenant, table
+from app.adapters.catalog.tables import ObjectVersion, Tenant, table
 from app.adapters.catalog.uploads.remote_opening import key_lock_id
 from app.domain.cache import Entry
 from app.domain.objects import ObjectMeta
-from app.domain.states import CACHE_ALLOWED, DIRTY, CacheState, IllegalTransition, check_move
+from app.domain.states import DIRTY, CacheState
 
-SHARED_NODE = "*"  # tombstones of writes: visible to every node's discoveries
-T = table(CacheEntry)
 V = table(ObjectVersion)
-
-
-def meta_to_json(meta: ObjectMeta) -> str:
-    return json.dumps({
-        "content_headers": meta.content_headers, "metadata": meta.metadata, "checksums": meta.checksums,
-        "last_modified": meta.last_modified.isoformat(), "version_id": meta.version_id,
-        "storage_class": meta.storage_class, "parts_count": meta.parts_count,
-    })
-
-
-def meta_from_json(key: str, size: int, etag: str, text: str) -> ObjectMeta:
-    data = json.loads(text or "{}")
-    return ObjectMeta(key=key, size=size, etag=etag,
-                      last_modified=datetime.fromisoformat(data.get("last_modified", "1970-01-01T00:00:00+00:00")),
-                      content_headers=data.get("content_headers", {}), metadata=data.get("metadata", {}),
-                      checksums=data.get("checksums", {}), version_id=data.get("version_id"),
-                      storage_class=data.get("storage_class", "STANDARD"), parts_count=data.get("parts_count"))
-
-
-# Rows that may own block files: the orphan sweep counts them as accounted for.
-_HOLDS_BLOCKS = (CacheState.READY.value, CacheState.INVALID.value)
-
-
-def _entry(row: Any) -> Entry:
-    return Entry(row.id, row.bucket, row.key, row.etag, row.size, row.block_size,
-                 meta_from_json(row.key, row.size, row.etag, row.meta_json), row.tenant_id,
-                 CacheState(row.state),
-                 row.cached_bytes, row.validated_at, row.last_access)
-
-
 DECODED_SIZE = 8192  # decoded entries kept beside the lookups' memo
-
-
-class _Row(NamedTuple):
-    """A cache_entries row from the raw SQLite lookup, in hotpath.CACHE_ENTRY's column order."""
-
-    id: int
-    bucket: str
-    key: str
-    etag: str
-    size: int
-    block_size: int
-    meta_json: str
-    tenant_id: int | None
-    state: str
-    cached_bytes: int
-    validated_at: float
-    last_access: float
-
-
-_COLUMNS = (T.c.id, T.c.bucket, T.c.key, T.c.etag, T.c.size, T.c.block_size, T.c.meta_json, T.c.tenant_id,
-            T.c.state, T.c.cached_bytes, T.c.validated_at, T.c.last_access)
-
-
-def move_entries(conn: Connection, froms: Iterable[CacheState], to: CacheState,
-                 *where: Any, **values: Any) -> int:
-    """The one writer of a cache entry's state: moves the rows matching ``where`` that are in
-    one of ``froms`` to ``to``, each (from, to) checked against ``CACHE_ALLOWED`` first."""
-    declared = frozenset(CacheState(f) for f in froms)
-    if not declared:
-        raise IllegalTransition(f"a move to {to} must declare the states it leaves")
-    for current in sorted(declared):
-        check_move(CACHE_ALLOWED, current, to)
-    stmt = (update(T).where(T.c.state.in_(sorted(s.value for s in declared)), *where)
-            .values(state=to.value, **values))
-    return int(conn.execute(stmt).rowcount or 0)
 
 
 class _Refused(Exception):
@@ -104,39 +46,6 @@ class _Refused(Exception):
 
 class _Retry(Exception):
     """put_ready's insert met a row inserted meanwhile: try the transaction again."""
-
-
-_CACHE_LOCK_SPACE = 0x46657272  # PostgreSQL advisory locks (space, id): apart from the destage's
-
-
-def lock_key_entries(conn: Connection, bucket: str, key: str) -> None:
-    """Serialise, within the caller's transaction, everything that checks or invalidates the
-    key's cache entries. PostgreSQL: an advisory lock of the key, taken before any of them is
-    touched. SQLite: every writing transaction begins with ``BEGIN IMMEDIATE`` (engine.writer)
-    and holds the database's one write lock until it ends, so nothing is left to lock here."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:space, :id)"),
-                     {"space": _CACHE_LOCK_SPACE, "id": key_lock_id(bucket, key)})
-
-
-def invalidate_key(conn: Connection, bucket: str, key: str) -> None:
-    """Inside the caller's transaction (e.g. the journal's commit of a write, so a buffered
-    write pays one commit): every node's entry of the key turns invalid, and the shared
-    tombstone's time moves to now."""
-    lock_key_entries(conn, bucket, key)
-    now = time.time()
-    move_entries(conn, CacheState, CacheState.INVALID, T.c.bucket == bucket, T.c.key == key, validated_at=now)
-    values = {"node_id": SHARED_NODE, "bucket": bucket, "key": key, "etag": "", "size": 0, "block_size": 1,
-              "meta_json": "{}", "tenant_id": None, "state": CacheState.INVALID.value, "pinned": False, "cached_bytes": 0,
-              "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        conn.execute(pg_insert(T).values(**values).on_conflict_do_nothing())
-    elif dialect == "sqlite":
-        conn.execute(sqlite_insert(T).values(**values).on_conflict_do_nothing())
-    elif conn.execute(select(T.c.id).where(T.c.node_id == SHARED_NODE, T.c.bucket == bucket,
-                                           T.c.key == key)).first() is None:
-        conn.execute(insert(T).values(**values))
 
 
 class CacheIndex:
@@ -150,7 +59,7 @@ class CacheIndex:
         self._relaxed_commit = engine.dialect.name == "postgresql"
         self.lookups = lookups_for(engine)
         self._decoded: dict[tuple[str, str], tuple[tuple[Any, ...], Entry]] = {}
-        self._get = select(*_COLUMNS).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
+        self._get = select(*COLUMNS).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
                                             T.c.key == bindparam("k"))
         self._touch = (update(T).where(T.c.id == bindparam("eid"))
                        .values(last_access=bindparam("at"), hits=T.c.hits + bindparam("n")))
@@ -194,12 +103,12 @@ class CacheIndex:
                 return known[1]
             if len(self._decoded) >= DECODED_SIZE:
                 self._decoded.clear()
-            entry = _entry(_Row(*raw))
+            entry = entry_from_row(Row(*raw))
             self._decoded[(bucket, key)] = (raw, entry)
             return entry
         with self.engine.connect() as conn:
             row = conn.execute(self._get, {"n": self.node_id, "b": bucket, "k": key}).first()
-        return _entry(row) if row is not None else None
+        return entry_from_row(row) if row is not None else None
 
     def put_ready(self, meta: ObjectMeta, bucket: str, block_size: int, tenant_id: int | None,
                   pinned: bool, started: float, cached_bytes: int = 0) -> Entry | None:
@@ -221,7 +130,7 @@ class CacheIndex:
             try:
                 with self._begin(relaxed=False) as conn:
                     if self._relaxed_commit:  # lock_key_entries's lock, with the relaxed commit
-                        conn.execute(self._relax_and_lock, {"space": _CACHE_LOCK_SPACE,
+                        conn.execute(self._relax_and_lock, {"space": CACHE_LOCK_SPACE,
                                                             "id": key_lock_id(bucket, meta.key)})
                     else:
                         lock_key_entries(conn, bucket, meta.key)
@@ -312,7 +221,7 @@ class CacheIndex:
         """(id, bucket, key, etag, size, block_size) of this node's rows that may own block files
         (ready or invalid), in id order: what the orphan sweep counts as accounted for."""
         q = (select(T.c.id, T.c.bucket, T.c.key, T.c.etag, T.c.size, T.c.block_size)
-             .where(T.c.node_id == self.node_id, T.c.state.in_(_HOLDS_BLOCKS), T.c.id > after_id)
+             .where(T.c.node_id == self.node_id, T.c.state.in_(HOLDS_BLOCKS), T.c.id > after_id)
              .order_by(T.c.id).limit(limit))
         with self.engine.connect() as conn:
             return [(int(r[0]), r[1], r[2], r[3], int(r[4]), int(r[5])) for r in conn.execute(q)]
@@ -321,15 +230,15 @@ class CacheIndex:
         """How many blocks this node's ready and invalid rows name (present or not)."""
         blocks = (T.c.size + T.c.block_size - 1) // T.c.block_size
         q = select(func.coalesce(func.sum(blocks), 0), func.count()).where(
-            T.c.node_id == self.node_id, T.c.state.in_(_HOLDS_BLOCKS))
+            T.c.node_id == self.node_id, T.c.state.in_(HOLDS_BLOCKS))
         with self.engine.connect() as conn:
             total, rows = conn.execute(q).one()
         return max(int(total or 0), int(rows or 0))
 
     def invalid_entries(self, limit: int = 500) -> list[Entry]:
-        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state == CacheState.INVALID.value).limit(limit)
+        q = select(*COLUMNS).where(T.c.node_id == self.node_id, T.c.state == CacheState.INVALID.value).limit(limit)
         with self.engine.connect() as conn:
-            return [_entry(r) for r in conn.execute(q)]
+            return [entry_from_row(r) for r in conn.execute(q)]
 
     def expire_tombstones(self, older_than: float, seen_older_than: float) -> int:
         with self._begin() as conn:
@@ -341,7 +250,7 @@ class CacheIndex:
     def lru(self, limit: int, *, tenant_id: int | None = None, bucket: str | None = None,
             after: tuple[float, int] | None = None) -> list[Entry]:
         """Least recently used ready entries of this node (optionally one tenant's or bucket's)."""
-        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.state == CacheState.READY.value, T.c.cached_bytes > 0)
+        q = select(*COLUMNS).where(T.c.node_id == self.node_id, T.c.state == CacheState.READY.value, T.c.cached_bytes > 0)
         if tenant_id is not None:
             q = q.where(T.c.tenant_id == tenant_id)
         if bucket is not None:
@@ -350,18 +259,18 @@ class CacheIndex:
             q = q.where(or_(T.c.last_access > after[0], and_(T.c.last_access == after[0], T.c.id > after[1])))
         q = q.order_by(T.c.last_access, T.c.id).limit(limit)
         with self.engine.connect() as conn:
-            return [_entry(r) for r in conn.execute(q)]
+            return [entry_from_row(r) for r in conn.execute(q)]
 
     def under(self, bucket: str, prefix: str, after_key: str | None, limit: int) -> list[Entry]:
         """This node's entries of a bucket under a prefix, in key order (revalidation, evict)."""
-        q = select(*_COLUMNS).where(T.c.node_id == self.node_id, T.c.bucket == bucket, T.c.state == CacheState.READY.value)
+        q = select(*COLUMNS).where(T.c.node_id == self.node_id, T.c.bucket == bucket, T.c.state == CacheState.READY.value)
         if prefix:
             q = q.where(T.c.key >= prefix, T.c.key < prefix + "\U0010ffff")
         if after_key is not None:
             q = q.where(T.c.key > after_key)
         q = q.order_by(T.c.key).limit(limit)
         with self.engine.connect() as conn:
-            return [_entry(r) for r in conn.execute(q) if r.key.startswith(prefix)]
+            return [entry_from_row(r) for r in conn.execute(q) if r.key.startswith(prefix)]
 
     def buckets(self) -> list[str]:
         q = select(T.c.bucket).where(T.c.node_id == self.node_id, T.c.state == CacheState.READY.value).distinct()
@@ -401,5 +310,5 @@ class CacheIndex:
         with self._begin() as conn:
             gone = conn.execute(delete(T).where(T.c.node_id == self.node_id)
                                 .returning(T.c.state, T.c.cached_bytes)).all()
-        held = [int(size or 0) for state, size in gone if state in _HOLDS_BLOCKS]
+        held = [int(size or 0) for state, size in gone if state in HOLDS_BLOCKS]
         return len(held), sum(held)

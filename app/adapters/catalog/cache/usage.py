@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import InstrumentedAttribute
 
-from app.adapters.catalog.cache.index import SHARED_NODE
+from app.adapters.catalog.cache.entry_rows import SHARED_NODE
 from app.adapters.catalog.engine import Sessions
 from app.adapters.catalog.tables import CacheEntry, Tenant
 from app.domain.states import CacheState

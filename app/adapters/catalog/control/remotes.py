@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, delete, exists, insert, select, text,
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.adapters.catalog.cache.index import move_entries
+from app.adapters.catalog.cache.entry_rows import move_entries
 from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.errors import Conflict, NotFound
 from app.adapters.catalog.tables import BucketMapping, CacheEntry, Remote, RoutingGeneration

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, exists, func, select, text, update
 from sqlalchemy.orm import aliased
 
-from app.adapters.catalog.cache.index import invalidate_key
+from app.adapters.catalog.cache.entry_rows import invalidate_key
 from app.adapters.catalog.control.remotes import check_route
 from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.journal.moves import move_rows
