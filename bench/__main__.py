@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -222,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-rclone", action="store_true")
     parser.add_argument("--note", help="a sentence put at the top of the report")
     parser.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--ferry-workers", help="comma-separated worker counts of the Ferry contenders "
+                                                "(default: the profile's, full: 1,2)")
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON", help="only re-render the report from a results file")
     parser.add_argument("--exclude-run", action="append", default=[], metavar="LINK:N",
                         help="with --render: leave run N (1-based) of LINK out of every figure, e.g. a run the "
@@ -241,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         render(data, args.out or ROOT / "docs" / "benchmarks.md")
         return 0
     profile = PROFILES[args.profile]
+    if args.ferry_workers:
+        profile = dataclasses.replace(profile, ferry_workers=tuple(int(w) for w in args.ferry_workers.split(",")))
     args.runs = args.runs or profile.runs
     selected = [w for w in WORKLOADS if not args.only or w in args.only.split(",")]
     unknown = set(args.only.split(",")) - set(WORKLOADS) if args.only else set()

@@ -76,6 +76,25 @@ FIGURES: list[Figure] = [
      _ratio_goal(("cold_epoch", "*", "seconds"), ("cold_epoch", "direct", "seconds"), 1.0, True)),
 ]
 
+# Issue 29 ("checkpoints at disk speed"): its goals table, each a ratio of two figures of one run.
+FIGURES_29: list[Figure] = [
+    ("CPU s per GiB until the ack, vs rclone", "≤ 1.2x",
+     _ratio_goal(CKPT_CPU, ("checkpoint", "rclone", "cpu_s_per_gib"), 1.2, True)),
+    ("checkpoint ack MB/s vs rclone serve s3", "≥ 1.0x (aim 1.5x)",
+     _ratio_goal(CKPT_MBPS, ("checkpoint", "rclone", "write_mbps"), 1.0, False)),
+    ("checkpoint ack MB/s vs disk write+fsync", "≥ 0.5x",
+     _ratio_goal(CKPT_MBPS, ("disk", "disk", "write_fsync_mbps"), 0.5, False)),
+    ("remote holds it vs direct upload", "≤ 1.05x",
+     _ratio_goal(("checkpoint", "*", "durable_s"), ("checkpoint", "direct", "ack_s"), 1.05, True)),
+    ("4 KiB PUT p50 vs rclone", "≤ 1.2x",
+     _ratio_goal(("small_put", "*", "p50_ms"), ("small_put", "rclone", "p50_ms"), 1.2, True)),
+    ("4 KiB PUT p99, ms", "≤ 15 ms", _value_goal(("small_put", "*", "p99_ms"), 15.0)),
+    ("warm 4 KiB GET p50 vs nginx proxy_cache (urllib3)", "≤ 1.25x",
+     _ratio_goal(("small_get", "*", "http_p50_ms"), ("small_get", "nginx-proxy", "http_p50_ms"), 1.25, True)),
+    ("CPU per 4 KiB hit vs rclone (urllib3)", "≤ 1.0x",
+     _ratio_goal(("small_get", "*", "http_cpu_us"), ("small_get", "rclone", "http_cpu_us"), 1.0, True)),
+]
+
 CPU_COLUMNS = [  # (workload, metric, column title)
     ("checkpoint", "cpu_s_per_gib", "CPU s per GiB acknowledged (until the ack)"),
     ("checkpoint", "cpu_s_per_gib_durable", "CPU s per GiB acknowledged (until the remote holds it)"),
@@ -102,12 +121,12 @@ def _verdict(value: float | None, met: bool | None, reported: bool) -> str:
     return f"{_fmt(value)} {'✅ met' if met else '❌ not met'}"
 
 
-def issue16_table(res: dict[str, Any], labels: dict[str, str]) -> str:
-    """The issue's figures (rows) for each Ferry (columns)."""
+def issue16_table(res: dict[str, Any], labels: dict[str, str], figures: list[Figure] = FIGURES) -> str:
+    """An issue's figures (rows; issue 16's unless ``figures`` names others) for each Ferry (columns)."""
     ferries = [f for f in ("ferry", "ferry-w2") if any(f in v for v in res.get("results", {}).values())]
     lines = ["| figure | goal (ratio in one run) | " + " | ".join(labels.get(f, f) for f in ferries) + " |",
              "|---|---|" + "---|" * len(ferries)]
-    for text, goal, fn in FIGURES:
+    for text, goal, fn in figures:
         cells = [_verdict(*fn(res, f), reported=goal.startswith("reported")) for f in ferries]
         lines.append(f"| {text} | {goal} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.figures import cpu_table, issue16_table
+from bench.figures import FIGURES_29, cpu_table, issue16_table
 
 LABELS = {
     "direct": "direct (boto3 → remote)", "ferry": "Ferry", "ferry-w2": "Ferry --workers 2",
@@ -293,7 +293,9 @@ def render(data: dict[str, Any], out: Path) -> str:
         "",
     ]
     for link, res in data["links"].items():
-        parts += [f"## Link `{link}`: {res['description']}", "", "### Issue 16's figures", "",
+        parts += [f"## Link `{link}`: {res['description']}", "", "### Issue 29's figures (checkpoints at disk speed)", "",
+                  "Each ratio is the median of per-run ratios (both sides measured in the same run).", "",
+                  issue16_table(res, LABELS, FIGURES_29), "", "### Issue 16's figures", "",
                   "Each ratio is the median of per-run ratios (both sides measured in the same run).", "",
                   issue16_table(res, LABELS), "", "### Process CPU per unit of work (from /proc)", "",
                   "utime + stime of each contender's processes (Ferry with its workers, rclone, nginx master and"
