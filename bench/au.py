@@ -20,7 +20,7 @@ a cache half the dataset (epochs 2-3: AU and hit ratio, frequency admission besi
 ``admission: always``, in the same run).
 
 ``--fleet 3`` adds the rows of a 3-node fleet (tests/support/fleet.py: a fresh PostgreSQL
-database at 127.0.0.1 per run, production chore intervals) over the same remote, each node's
+database at 127.0.0.1 per run, the production sweep interval) over the same remote, each node's
 ``FERRY_CACHE_BYTES`` half the dataset: the fleet's caches hold it together (1.5x), no node alone
 does. Loader i reads through node i % 3 (data-parallel trainers on 3 hosts, the same accelerator
 demand as the single-node rows); every epoch reshuffles, so a sample one node read in epoch 1 is
@@ -48,6 +48,7 @@ import json
 import os
 import queue
 import random
+import shutil
 import statistics
 import tempfile
 import threading
@@ -341,15 +342,18 @@ class Rows:
         """Epochs 1-3 through a fresh fleet of ``size`` nodes (one PostgreSQL catalog, cold caches),
         each node's cache half the dataset: together they hold it, no node alone does."""
         name, url = _database()
-        env = dict(PRODUCTION_INTERVALS, FERRY_CACHE_BYTES=str(self.dataset_bytes // 2))
+        # The production sweep, not the tests' 0.5 s; the fleet's quick heartbeat, which wait_live expects.
+        env = {"FERRY_SWEEP_INTERVAL": PRODUCTION_INTERVALS["FERRY_SWEEP_INTERVAL"],
+               "FERRY_CACHE_BYTES": str(self.dataset_bytes // 2)}
+        base = Path(tempfile.mkdtemp(dir=self.workdir))
         try:
             with counted(self.remote, self.link_bytes) as (remote, fetched), \
-                    Fleet(remote, url, Path(tempfile.mkdtemp(dir=self.workdir)), size=size, env=env) as fleet:
-                fleet.wait_live(size, timeout=60)
-                time.sleep(float(PRODUCTION_INTERVALS["FERRY_NODE_HEARTBEAT_SECONDS"]) + 0.5)  # all re-read it
+                    Fleet(remote, url, base, size=size, env=env) as fleet:
+                fleet.wait_live(size, timeout=60)  # and every node has re-read the live set
                 return {row: self.through(fleet.nodes, seed + n, fetched) for n, row in enumerate(FLEET_ROWS)}
         finally:
             _drop(name)
+            shutil.rmtree(base, ignore_errors=True)  # 1.5 datasets of cache per fleet
 
 
 @contextlib.contextmanager
@@ -473,8 +477,6 @@ def main(argv: list[str] | None = None) -> None:
                   + ", ".join(f"{s.name} {s.count * s.size // 2 / MiB:.1f} MiB" for s in shapes) + ")")
     finally:
         region.down()
-        import shutil
-
         shutil.rmtree(workdir, ignore_errors=True)
 
 
