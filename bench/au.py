@@ -18,16 +18,37 @@ group) and, with torch installed, ``torch`` (a ``DataLoader`` over ``s3torchconn
 (cold), epochs 2 and 3 (warm); epoch 1 under a ``prefetch: prefix`` rule; after ``ferry stage``;
 a cache half the dataset (epochs 2-3: AU and hit ratio, frequency admission beside LRU,
 ``admission: always``, in the same run).
+
+``--fleet 3`` adds the rows of a 3-node fleet (tests/support/fleet.py: a fresh PostgreSQL
+database at 127.0.0.1 per run, the production sweep interval) over the same remote, each node's
+``FERRY_CACHE_BYTES`` half the dataset: the fleet's caches hold it together (1.5x), no node alone
+does. Loader i reads through node i % 3 (data-parallel trainers on 3 hosts, the same accelerator
+demand as the single-node rows); every epoch reshuffles, so a sample one node read in epoch 1 is
+likely read through another in epoch 2. Rows: fleet epoch 1 (cold), epochs 2 and 3 (warm); not
+for ``torch``, whose DataLoader reads through one endpoint. ``--fleet-only`` keeps direct and the
+fleet rows. Columns: the hit ratio is the nodes' local hits over their GETs (a peer read is its
+node's miss); remote bytes are what the netsim link carried, or on loopback the GET bodies a
+CountingProxy in front of SeaweedFS relayed (fleet rows only); peer bytes are what the nodes
+sent each other (``ferry_fleet_served_bytes_total``). ``--scale`` shrinks every shape's object
+count (a smoke run).
+
+    .venv/bin/python -m bench.au --runs 3 --shapes samples,shards,parquet --fleet 3
+    sudo .venv/bin/python -m bench.au --runs 3 --shapes samples,shards,parquet --links regional --fleet 3
+    .venv/bin/python -m bench.au --runs 1 --shapes samples --fleet 3 --fleet-only --scale 0.05  # smoke
+
 Install the stack first: ``pip install torch==2.13.0 && pip install -e ".[ml]"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import queue
 import random
+import shutil
 import statistics
 import tempfile
 import threading
@@ -36,15 +57,22 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
+from bench.fleet_peer_read import PRODUCTION_INTERVALS, _database, _drop
 from bench.remote import LINKS, Remote, RemoteRegion
+from tests.support.counting_proxy import CountingProxy
+from tests.support.fleet import Fleet
 from tests.support.gateway import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, GatewayProcess
 
 KiB, MiB = 1024, 1024 * 1024
 LOADERS = 8
 Reader = Callable[[str], Iterator[int]]  # key -> the byte counts of the batches it yields
+Counter = Callable[[], int | None]  # bytes the remote sent so far (None: not counted)
+FLEET_ROWS = ("fleet epoch 1 (cold)", "fleet epoch 2", "fleet epoch 3")
 
 
 @dataclass
@@ -116,15 +144,19 @@ def local_reader(root: Path, shape: Shape) -> Reader:
 
 
 # ---- an epoch: loaders feed the simulated accelerator ----------------------------------------------
-def epoch(keys: list[str], reader: Reader, shape: Shape, compute_s: float) -> dict[str, float]:
-    """One pass over ``keys``: AU, wall time, batches. Samples are grouped 16 to a batch."""
+def epoch(keys: list[str], reader: Reader | list[Reader], shape: Shape, compute_s: float) -> dict[str, float]:
+    """One pass over ``keys``: AU, wall time, batches. Samples are grouped 16 to a batch.
+
+    With a list of readers (one per fleet node), loader i reads through ``reader[i % len(reader)]``.
+    """
+    readers = reader if isinstance(reader, list) else [reader]
     work: queue.Queue[str | None] = queue.Queue()
     for key in keys:
         work.put(key)
     batches: queue.Queue[int | None] = queue.Queue(maxsize=2 * LOADERS)
     errors: list[BaseException] = []
 
-    def loader() -> None:
+    def loader(read: Reader) -> None:
         try:
             pending = 0
             while True:
@@ -134,7 +166,7 @@ def epoch(keys: list[str], reader: Reader, shape: Shape, compute_s: float) -> di
                     break
                 if key is None:
                     break
-                for n in reader(key):
+                for n in read(key):
                     pending += n
                     if pending >= shape.batch_bytes:
                         batches.put(pending)
@@ -147,7 +179,8 @@ def epoch(keys: list[str], reader: Reader, shape: Shape, compute_s: float) -> di
             batches.put(None)
 
     started = time.perf_counter()
-    threads = [threading.Thread(target=loader, daemon=True) for _ in range(LOADERS)]
+    threads = [threading.Thread(target=loader, args=(readers[i % len(readers)],), daemon=True)
+               for i in range(LOADERS)]
     for t in threads:
         t.start()
     done = computed = 0
@@ -236,36 +269,59 @@ def calibrate(shape: Shape, keys: list[str], root: Path) -> float:
 # ---- the rows ------------------------------------------------------------------------------------
 class Rows:
     def __init__(self, remote: Remote, bucket: str, shape: Shape, keys: list[str], prefix: str, compute: float,
-                 workdir: Path) -> None:
+                 workdir: Path, netsim: bool = False) -> None:
         self.remote, self.bucket, self.shape, self.keys, self.prefix = remote, bucket, shape, keys, prefix
-        self.compute, self.workdir = compute, workdir
+        self.compute, self.workdir, self.netsim = compute, workdir, netsim
         self.dataset_bytes = shape.count * shape.size
 
-    def run_epoch(self, endpoint: str, access: str, secret: str, seed: int) -> dict[str, float]:
+    def link_bytes(self) -> int | None:
+        """The netsim link's count; None on loopback, also while another run has a netsim link up."""
+        return link_bytes() if self.netsim else None
+
+    def run_epoch(self, endpoints: list[str], access: str, secret: str, seed: int) -> dict[str, float]:
+        """An epoch through ``endpoints``: loader i reads through ``endpoints[i % len(endpoints)]``."""
         if self.shape.name == "torch":
-            return torch_epoch(endpoint, access, secret, self.bucket, f"{self.prefix}torch/", self.compute)
+            return torch_epoch(endpoints[0], access, secret, self.bucket, f"{self.prefix}torch/", self.compute)
         make = parquet_reader if self.shape.name == "parquet" else crt_reader
-        return epoch(order(self.keys, self.shape, seed), make(endpoint, access, secret, self.bucket, self.shape),
-                     self.shape, self.compute)
+        readers = [make(endpoint, access, secret, self.bucket, self.shape) for endpoint in endpoints]
+        return epoch(order(self.keys, self.shape, seed), readers, self.shape, self.compute)
 
     def gateway(self, **env: str) -> GatewayProcess:
         return GatewayProcess(self.remote, Path(tempfile.mkdtemp(dir=self.workdir)), env=env)
 
-    def through(self, gw: GatewayProcess, seed: int) -> dict[str, float]:
-        before, carried = hits(gw, self.bucket), link_bytes()
-        row = self.run_epoch(gw.endpoint, ACCESS_KEY, SECRET_KEY, seed)
-        after, now = hits(gw, self.bucket), link_bytes()
+    def through(self, gws: GatewayProcess | list[GatewayProcess], seed: int,
+                fetched: Counter | None = None) -> dict[str, float]:
+        """An epoch through one gateway or a fleet's nodes: AU, hit ratio, remote (and peer) bytes.
+        ``fetched`` counts the remote's bytes (default: the netsim link's, none on loopback)."""
+        nodes = gws if isinstance(gws, list) else [gws]
+        fetched = fetched or self.link_bytes
+        before, carried = hits(nodes, self.bucket), fetched()
+        peered = served_bytes(nodes) if len(nodes) > 1 else 0
+        row = self.run_epoch([gw.endpoint for gw in nodes], ACCESS_KEY, SECRET_KEY, seed)
+        after, now = hits(nodes, self.bucket), fetched()
         reads = (after[0] - before[0]) + (after[1] - before[1])
         row["hit"] = (after[0] - before[0]) / reads if reads else 0.0  # of the GETs, ranged ones each
         if carried is not None and now is not None:  # of the bytes: what the remote did not send
             row["remote"] = (now - carried) / self.dataset_bytes
+        if len(nodes) > 1:  # what the owners sent the other nodes
+            row["peer"] = (served_bytes(nodes) - peered) / self.dataset_bytes
         return row
 
-    def all(self, seed: int) -> dict[str, dict[str, float]]:
-        carried = link_bytes()
-        out = {"direct": self.run_epoch(self.remote.endpoint, self.remote.access_key, self.remote.secret_key, seed)}
-        if carried is not None and (now := link_bytes()) is not None:
+    def all(self, seed: int, fleet: int = 0, single: bool = True) -> dict[str, dict[str, float]]:
+        carried = self.link_bytes()
+        out = {"direct": self.run_epoch([self.remote.endpoint], self.remote.access_key, self.remote.secret_key,
+                                        seed)}
+        if carried is not None and (now := self.link_bytes()) is not None:
             out["direct"]["remote"] = (now - carried) / self.dataset_bytes
+        if single:
+            out.update(self.single(seed))
+        if fleet and self.shape.name != "torch":  # the torch DataLoader reads through one endpoint
+            out.update(self.fleet(fleet, seed))
+        return out
+
+    def single(self, seed: int) -> dict[str, dict[str, float]]:
+        """The rows of one node: epochs 1-3, prefetch, stage, a cache half the dataset."""
+        out: dict[str, dict[str, float]] = {}
         with self.gateway() as gw:
             for n, name in enumerate(("ferry epoch 1 (cold)", "ferry epoch 2", "ferry epoch 3")):
                 out[name] = self.through(gw, seed + n)
@@ -282,6 +338,35 @@ class Rows:
                 out[f"{label}, epochs 2-3"] = {k: statistics.fmean(r[k] for r in rows) for k in rows[0]}
         return out
 
+    def fleet(self, size: int, seed: int) -> dict[str, dict[str, float]]:
+        """Epochs 1-3 through a fresh fleet of ``size`` nodes (one PostgreSQL catalog, cold caches),
+        each node's cache half the dataset: together they hold it, no node alone does."""
+        name, url = _database()
+        # The production sweep, not the tests' 0.5 s; the fleet's quick heartbeat, which wait_live expects.
+        env = {"FERRY_SWEEP_INTERVAL": PRODUCTION_INTERVALS["FERRY_SWEEP_INTERVAL"],
+               "FERRY_CACHE_BYTES": str(self.dataset_bytes // 2)}
+        base = Path(tempfile.mkdtemp(dir=self.workdir))
+        try:
+            with counted(self.remote, self.link_bytes) as (remote, fetched), \
+                    Fleet(remote, url, base, size=size, env=env) as fleet:
+                fleet.wait_live(size, timeout=60)  # and every node has re-read the live set
+                return {row: self.through(fleet.nodes, seed + n, fetched) for n, row in enumerate(FLEET_ROWS)}
+        finally:
+            _drop(name)
+            shutil.rmtree(base, ignore_errors=True)  # 1.5 datasets of cache per fleet
+
+
+@contextlib.contextmanager
+def counted(remote: Remote, link: Counter) -> Iterator[tuple[Any, Counter]]:
+    """The remote a fleet reads, and what counts the bytes it sends: the netsim ``link``'s count,
+    or on loopback a CountingProxy in front of SeaweedFS (GET body bytes, early-closed ones too)."""
+    if link() is not None:
+        yield remote, link
+        return
+    with CountingProxy(remote) as proxy:
+        proxy.record_cut = True  # a fill that closes an answer early still fetched those bytes
+        yield proxy, proxy.bytes_fetched
+
 
 def link_bytes() -> int | None:
     """Bytes the netsim link carried from the remote (its host-side interface), None on loopback."""
@@ -291,11 +376,31 @@ def link_bytes() -> int | None:
         return None
 
 
-def hits(gw: GatewayProcess, bucket: str) -> tuple[int, int]:
-    stats = httpx.get(f"{gw.endpoint}/admin/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-                      timeout=30).json()
-    rows = [r for r in stats["cache"]["by_bucket"] if r["bucket"] == bucket]
-    return sum(r["hit"] + r["stale"] for r in rows), sum(r["miss"] for r in rows)
+def hits(gws: list[GatewayProcess], bucket: str) -> tuple[int, int]:
+    """(hits, misses) of the clients' GETs of ``bucket``, summed over the nodes. Alone: the cache's
+    outcomes; in a fleet, the S3 requests' (the cache also counts an owner's reads for its peers,
+    and a peer read is its node's miss). Only this bench's reads reach its gateways."""
+    if len(gws) == 1:
+        rows = [r for r in admin_stats(gws[0])["cache"]["by_bucket"] if r["bucket"] == bucket]
+        return sum(r["hit"] + r["stale"] for r in rows), sum(r["miss"] for r in rows)
+    outcomes = [admin_stats(gw)["requests"]["by_outcome"] for gw in gws]
+    return (sum(o.get("hit", 0) + o.get("stale", 0) for o in outcomes), sum(o.get("miss", 0) for o in outcomes))
+
+
+def admin_stats(gw: GatewayProcess) -> dict[str, Any]:
+    return httpx.get(f"{gw.endpoint}/admin/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                     timeout=30).json()
+
+
+def served_bytes(gws: list[GatewayProcess]) -> int:
+    """Block bytes the nodes sent each other (``ferry_fleet_served_bytes_total``, summed)."""
+    total = 0.0
+    for gw in gws:
+        text = httpx.get(f"{gw.endpoint}/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                         timeout=30).text
+        total += sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+                     if s.name == "ferry_fleet_served_bytes_total")
+    return int(total)
 
 
 def stage(gw: GatewayProcess, bucket: str, prefix: str) -> None:
@@ -308,11 +413,37 @@ def stage(gw: GatewayProcess, bucket: str, prefix: str) -> None:
     assert state == "done", state
 
 
+def median_cell(runs: list[dict[str, dict[str, float]]], name: str, field: str, fmt: str) -> str:
+    """The median of ``field`` of row ``name`` over the runs, or '-' where the row has none."""
+    if field not in runs[0][name]:
+        return "-"
+    return format(statistics.median(r[name][field] for r in runs), fmt)
+
+
+def print_rows(shape: Shape, runs: list[dict[str, dict[str, float]]]) -> None:
+    for name in runs[0]:
+        au = median_cell(runs, name, "au", ".1%")
+        hit = median_cell(runs, name, "hit", ".2f")
+        remote, peer = median_cell(runs, name, "remote", ".2f"), median_cell(runs, name, "peer", ".2f")
+        wall = median_cell(runs, name, "wall", ".2f")
+        each = " ".join(f"{r[name]['au']:.0%}" for r in runs)
+        print(f"| {shape.name} | {name} | {au} | {hit} | {remote} | {peer} | {wall} | {each} |", flush=True)
+
+
+def scaled(shape: Shape, scale: float) -> Shape:
+    """The shape with ``scale`` times its objects (at least one): a smaller dataset for a smoke run."""
+    return dataclasses.replace(shape, count=max(1, round(shape.count * scale)))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--links", default="loopback", help="loopback, or netsim profiles: regional,long-fat")
     ap.add_argument("--shapes", default="samples,shards,parquet,torch")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--fleet", type=int, default=0, metavar="N",
+                    help="also the rows of an N-node fleet, each node's cache half the dataset (needs PostgreSQL)")
+    ap.add_argument("--fleet-only", action="store_true", help="with --fleet: direct and the fleet rows only")
+    ap.add_argument("--scale", type=float, default=1.0, help="times the objects of each shape (smoke: 0.05)")
     args = ap.parse_args(argv)
     links = args.links.split(",")
     region = RemoteRegion("loopback" if links == ["loopback"] else "netsim")
@@ -323,7 +454,7 @@ def main(argv: list[str] | None = None) -> None:
         s3 = remote.client()
         s3.create_bucket(Bucket=bucket)
         prefix = "au/"
-        shapes = [SHAPES[n] for n in args.shapes.split(",")]
+        shapes = [scaled(SHAPES[n], args.scale) for n in args.shapes.split(",")]
         data: dict[str, dict[str, bytes]] = {}
         for shape in shapes:
             data[shape.name] = make_dataset(shape, workdir / "local", prefix)
@@ -333,28 +464,19 @@ def main(argv: list[str] | None = None) -> None:
         for link in links:
             where = region.shape(LINKS[link]) if region.kind == "netsim" else "loopback SeaweedFS, unshaped"
             print(f"\n### {link}: {where}\n")
-            print("| shape | row | AU (median) | hit ratio (GETs) | remote bytes / dataset | epoch s | AU of each run |\n"
-                  "|---|---|---|---|---|---|---|")
+            print("| shape | row | AU (median) | hit ratio (GETs) | remote bytes / dataset | peer bytes / dataset "
+                  "| epoch s | AU of each run |\n|---|---|---|---|---|---|---|---|")
             for shape in shapes:
                 rows = Rows(region.remote or remote, bucket, shape, sorted(data[shape.name]), prefix,
-                            computes[shape.name], workdir)
-                runs = [rows.all(seed=run * 10) for run in range(args.runs)]
-                for name in runs[0]:
-                    au = statistics.median(r[name]["au"] for r in runs)
-                    hit = statistics.median(r[name].get("hit", 0.0) for r in runs)
-                    wall = statistics.median(r[name]["wall"] for r in runs)
-                    hit_text = f"{hit:.2f}" if name != "direct" else "-"
-                    remote_text = (f"{statistics.median(r[name]['remote'] for r in runs):.2f}"
-                                   if "remote" in runs[0][name] else "-")
-                    each = " ".join(f"{r[name]['au']:.0%}" for r in runs)
-                    print(f"| {shape.name} | {name} | {au:.1%} | {hit_text} | {remote_text} | {wall:.2f} | {each} |",
-                          flush=True)
+                            computes[shape.name], workdir, region.kind == "netsim")
+                print_rows(shape, [rows.all(run * 10, args.fleet, not args.fleet_only) for run in range(args.runs)])
         print("\ncompute per batch (calibrated on local disk, AU >= 99 %): "
               + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in computes.items()))
+        if args.fleet:
+            print(f"fleet: {args.fleet} nodes, each FERRY_CACHE_BYTES = dataset/2 ("
+                  + ", ".join(f"{s.name} {s.count * s.size // 2 / MiB:.1f} MiB" for s in shapes) + ")")
     finally:
         region.down()
-        import shutil
-
         shutil.rmtree(workdir, ignore_errors=True)
 
 
