@@ -5,19 +5,12 @@ UploadPart with 500). A real refused connection, not a stand-in: nothing listens
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from sqlalchemy import text
 
 from app.adapters.catalog.engine import make_engine
 from app.domain.errors import CatalogUnavailable, S3Error
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again when the block ends: connections are refused
+from tests.support.listener import closed_port
 
 
 def test_an_unreachable_postgresql_is_service_unavailable() -> None:

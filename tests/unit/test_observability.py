@@ -6,7 +6,6 @@ import asyncio
 import io
 import json
 import logging
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from app import metrics
 from app.logs import REQUEST_ID, JsonFormatter, RequestIdFilter, RequestIdMiddleware, configure_logging
 from app.metrics import http_requests
+from tests.support.listener import closed_port
 
 
 def sample(name: str, **labels: str) -> float:
@@ -111,12 +111,6 @@ def test_cache_outcome_labels_the_current_request() -> None:
     assert sample("ferry_cache_requests_total", bucket="bkt", tenant="7", outcome="stale") >= 1
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_remote_hooks_time_calls_and_count_answers_and_network_errors(seaweed: Any) -> None:
     """Against the real SeaweedFS of the session: the hooks see real answers (200, 404)."""
     client = boto3.client("s3", endpoint_url=seaweed.endpoint, region_name="us-east-1",
@@ -135,7 +129,7 @@ def test_remote_hooks_time_calls_and_count_answers_and_network_errors(seaweed: A
     assert sample("ferry_remote_requests_total", operation="HeadObject", outcome="client_error") == before_404 + 1
     assert sample("ferry_remote_request_duration_seconds_count", operation="PutObject") == before_count + 1
 
-    down = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{_closed_port()}", region_name="us-east-1",
+    down = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{closed_port()}", region_name="us-east-1",
                         aws_access_key_id="k", aws_secret_access_key="s",
                         config=Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=1))
     metrics.instrument_boto_client(down)

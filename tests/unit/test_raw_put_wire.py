@@ -23,6 +23,7 @@ from app.adapters.remote import RemoteConfig, RemoteStore
 from app.domain import fencing
 from app.domain.errors import S3Error
 from app.domain.fencing import Lease, LeaseLost
+from tests.support.listener import Listener
 
 
 @dataclass
@@ -41,23 +42,14 @@ class ScriptedRemote:
     script: list[tuple[int, bytes, bool]] = field(default_factory=lambda: [(200, b"", False)])
     hang_up: bool = False
     seen: list[Seen] = field(default_factory=list)
-    connections: int = 0
 
     def __post_init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.listener = Listener(lambda conn: threading.Thread(target=self._serve, args=(conn,), daemon=True).start())
+        self.port = self.listener.port
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+    @property
+    def connections(self) -> int:
+        return self.listener.connections
 
     def _serve(self, conn: socket.socket) -> None:
         reader = conn.makefile("rb")
@@ -86,7 +78,7 @@ class ScriptedRemote:
                     return
 
     def close(self) -> None:
-        self.sock.close()
+        self.listener.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ answers (a hung remote), through the real RemoteStore and its lean GET."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
@@ -14,29 +13,19 @@ import pytest
 from app.adapters.remote import RemoteConfig, RemoteStore
 from app.adapters.remote.circuit import CircuitBreaker
 from app.domain.errors import S3Error
+from tests.support.listener import Listener
 
 
 class SilentListener:
     """Accepts connections and never answers; counts them."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.port = self.sock.getsockname()[1]
         self.accepted: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted.append(conn)
+        self.listener = Listener(self.accepted.append)
+        self.port = self.listener.port
 
     def close(self) -> None:
-        self.sock.close()
+        self.listener.close()
         for conn in self.accepted:
             conn.close()
 
