@@ -1,6 +1,6 @@
 """What a peer read costs: a block read from its owner node against a local hit and a remote miss.
 
-    .venv/bin/python -m bench.fleet_peer_read --runs 7 [--remote-delay-ms 0]
+    .venv/bin/python -m bench.fleet_peer_read --runs 7 [--remote-delay-ms 0] [--pause 0.2]
 
 Starts SeaweedFS behind a CountingProxy (``--remote-delay-ms`` adds that much before each remote
 request, a crude cross-region round trip), a fresh PostgreSQL database and a fleet of 2 nodes
@@ -121,7 +121,7 @@ def _drop(name: str) -> None:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def run(runs: int, delay_ms: float, copy_reads: int = 0) -> dict[str, dict[str, float]]:
+def run(runs: int, delay_ms: float, copy_reads: int = 0, pause: float = 0.2) -> dict[str, dict[str, float]]:
     name, url = _database()
     kinds = ("miss", "peer", "copy", "hit")
     results: dict[str, dict[str, list[float]]] = {s: {k: [] for k in kinds + tuple(f"{k} cpu" for k in kinds)}
@@ -149,7 +149,7 @@ def run(runs: int, delay_ms: float, copy_reads: int = 0) -> dict[str, dict[str, 
                         results[label][f"{kind} cpu"].append(cpu)
                         # A kept copy is accounted and published before its last byte; the pause
                         # keeps the next GET apart from its background chores.
-                        time.sleep(0.2)
+                        time.sleep(pause)
         fresh, reused = _page_cache_write_ms(work)
     finally:
         _drop(name)
@@ -164,8 +164,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--remote-delay-ms", type=float, default=0.0)
     parser.add_argument("--copy-reads", type=int, default=0, help="FERRY_FLEET_COPY_READS (0: the default)")
+    parser.add_argument("--pause", type=float, default=0.2, help="seconds between one GET and the next")
     args = parser.parse_args()
-    medians = run(args.runs, args.remote_delay_ms, args.copy_reads)
+    medians = run(args.runs, args.remote_delay_ms, args.copy_reads, args.pause)
     print(f"medians of {args.runs} whole-object GETs, ms (remote delay {args.remote_delay_ms} ms per request)")
     kinds = ("hit", "peer", "copy", "miss")
     print(f"{'size':>8} " + " ".join(f"{k:>7}" for k in kinds) + "  peer/hit   gateway CPU ms: "
