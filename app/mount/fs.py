@@ -284,7 +284,7 @@ class FerryFS(pyfuse3.Operations):
             raise fail(errno.EBADF)
         return handle
 
-    async def read(self, fh: int, off: int, size: int) -> bytes:
+    async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:
         handle = self._handle(fh)
         if isinstance(handle, WriteHandle):
             return handle.read(off, size)

@@ -37,7 +37,9 @@ class ReadHandle:
     _errors: dict[int, OSError] = field(default_factory=dict)
     _last: int = -1
 
-    async def read(self, offset: int, size: int) -> bytes:
+    async def read(self, offset: int, size: int) -> bytes | memoryview:
+        """The bytes at ``offset``; within one chunk, a view of it (pyfuse3 replies from any
+        buffer: no copy of each read in Python; the chunk stays alive while the view does)."""
         if offset >= self.stat.size or size <= 0:
             return b""
         end = min(offset + size, self.stat.size)
@@ -48,8 +50,9 @@ class ReadHandle:
             for ahead in range(last + 1, min(last + 1 + AHEAD, self._count())):
                 self._start(ahead)
         start = offset - first * CHUNK
+        data: bytes | memoryview
         if first == last:
-            data = bytes(memoryview(await self._chunk(first))[start:start + (end - offset)])
+            data = memoryview(await self._chunk(first))[start:start + (end - offset)]
         else:
             joined = b"".join([await self._chunk(i) for i in range(first, last + 1)])
             data = joined[start:start + (end - offset)]
