@@ -172,3 +172,41 @@ def test_a_rediscovered_version_counts_its_bytes_once(tmp_path: Path, janitor_ra
         assert cache.store.has(block_name("b", "k", etag, 0, BLOCK), len(data))
 
     asyncio.run(scenario())
+
+
+def test_the_janitor_leaves_the_blocks_a_rediscovery_took_over(tmp_path: Path) -> None:
+    """The janitor read the invalid row before a rediscovery of the same version replaced it:
+    the blocks now belong to the new row, which counts them, so they stay (deleted, the next
+    read fetched them again and the row counted 18 bytes of a 9-byte object). While a discovery
+    of the key runs in this process, the janitor leaves the key alone."""
+    import time
+
+    data = b"hello mcp"
+    _remote, svc, cache, etag = setup(tmp_path, "k", data)
+    name = block_name("b", "k", etag, 0, BLOCK)
+
+    async def read() -> bytes:
+        got = await svc.gateway.get_object("b", "k")
+        body = b"".join([chunk async for chunk in got.stream])
+        await fills_settled(cache)
+        return body
+
+    async def scenario() -> None:
+        assert await read() == data
+        cache.index.invalidate("b", "k")
+        stale = cache.index.invalid_entries()
+        assert [e.key for e in stale] == ["k"]
+        cache.discovering[("b", "k")] = asyncio.get_running_loop().create_future()
+        cache._drop_invalid(stale[0])  # a discovery of the key is running here: left alone
+        assert cache.store.has(name, len(data)) and cache.index.invalid_entries()
+        del cache.discovering[("b", "k")]
+        time.sleep(0.01)
+        assert await read() == data  # the rediscovery takes the block over
+        cache._drop_invalid(stale[0])  # the janitor's stale list
+        assert cache.store.has(name, len(data))
+        assert await read() == data
+        entry = cache.index.get("b", "k")
+        assert entry is not None and entry.state == CacheState.READY and entry.cached_bytes == len(data)
+        assert lock_is_free(tmp_path, meta_lock_name("b", "k"))
+
+    asyncio.run(scenario())

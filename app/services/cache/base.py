@@ -86,6 +86,9 @@ class CacheBase:
         # When each running discovery began: a reader may share it only if no write came since.
         self.discovery_began: weakref.WeakKeyDictionary[asyncio.Future[Entry | None], float] = (
             weakref.WeakKeyDictionary())
+        # Keys whose invalidated row the janitor is dropping (readcache._drop_invalid): the key's
+        # file lock is the process's, so a discovery in this same process waits on this instead.
+        self.sweeping: set[tuple[str, str]] = set()
         self._touches: dict[int, tuple[float, int]] = {}
         self.added_since_check = 0
         self.evicting = False

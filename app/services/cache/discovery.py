@@ -112,7 +112,7 @@ class Discovery:
         started = time.time()
         delay = LOCK_POLL
         waited_since: float | None = None
-        while not self.cache.store.try_lock(lock):
+        while (bucket, key) in self.cache.sweeping or not self.cache.store.try_lock(lock):
             if waited_since is None:
                 waited_since = time.monotonic()
             await asyncio.sleep(delay)

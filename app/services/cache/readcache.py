@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from app import metrics
-from app.domain.cache import Entry
+from app.domain.cache import Entry, meta_lock_name
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import FileSegment, ObjectMeta
@@ -259,14 +259,38 @@ class ReadCache(CacheBase):
             return  # another worker process of this node is doing it
         try:
             for entry in self.index.invalid_entries():
-                self.delete_blocks(entry)
-                self.index.remove(entry)
+                self._drop_invalid(entry)
             now = time.time()
             self.index.expire_tombstones(now - TOMBSTONE_SECONDS, now - SEEN_SECONDS)
             if enforce:
                 self.enforce_limits()
         finally:
             self.store.unlock("f" * 64)
+
+    def _drop_invalid(self, entry: Entry) -> None:
+        """One invalidated row and its blocks, under the key's discovery lock. A rediscovery of
+        the same version (the same bytes written again) names the same block files and takes
+        over those still on disk: deleted behind its back, the new row would count bytes that
+        are gone, and count them again when they are fetched again. Under the lock, either the
+        row and its blocks go first, or the rediscovery has replaced the row (``remove`` says
+        so) and its blocks are the new row's. A busy key is left for the next pass.
+
+        The file lock excludes other processes only; a discovery of this process is excluded by
+        ``sweeping`` (marked before ``discovering`` is read here, read by the discovery after it
+        marked ``discovering``: one of the two sees the other)."""
+        k = (entry.bucket, entry.key)
+        lock = meta_lock_name(*k)
+        self.sweeping.add(k)
+        try:
+            if k in self.discovering or not self.store.try_lock(lock):
+                return
+            try:
+                if self.index.remove(entry):
+                    self.delete_blocks(entry)
+            finally:
+                self.store.unlock(lock)
+        finally:
+            self.sweeping.discard(k)
 
     async def start(self) -> None:
         await self.run(self.store.clear_stale_tmp, 600.0)
