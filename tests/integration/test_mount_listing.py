@@ -99,19 +99,26 @@ def test_ls_l_of_a_large_directory_is_its_pages_and_no_request_per_file(gw: Gate
     assert sent(before, after, "GetObject") == 0
 
 
-def test_concurrent_listings_of_one_directory_share_one(gw: GatewayProcess, mnt: MountProcess, bucket: str) -> None:
+def test_concurrent_listings_of_one_directory_share_one(gw: GatewayProcess, mnt: MountProcess, bucket: str,
+                                                        tmp_path: Path) -> None:
     put_all(gw, bucket, {f"d/{i:03d}": b"y" for i in range(50)})
     root = mnt.path / bucket
     run("ls d", root)
     expire()
     before = requests(gw)
-    with ThreadPoolExecutor(6) as pool:
-        outputs = list(pool.map(lambda _: run("ls -l d", root), range(6)))
+    began = time.monotonic()
+    # Six processes started by one shell at once (threads of this process each starting a shell
+    # were spread over seconds on a loaded runner).
+    outputs = run(f"for i in 1 2 3 4 5 6; do ls -l d > {tmp_path}/ls.$i 2>&1 & done; wait; cat {tmp_path}/ls.*",
+                  root)
+    elapsed = time.monotonic() - began
     after = requests(gw)
-    assert all(len(out.splitlines()) == 51 for out in outputs)
+    assert len(outputs.splitlines()) == 6 * 51, outputs
     # Six processes: the directory listed once, the lookup of ``d`` shared by those asking at the
-    # same moment (one arriving just after the answer may ask again): never one each.
-    assert sent(before, after, "ListObjectsV2") <= 3
+    # same moment (one arriving just after the answer may ask again): never one each. A runner
+    # so loaded that the six outlast the cache time may list both once more per cache time.
+    allowed = 3 + 2 * int(elapsed // CACHE_SECONDS)
+    assert sent(before, after, "ListObjectsV2") <= allowed, (elapsed, before, after)
     assert sent(before, after, "ListBuckets") <= 2
     assert sent(before, after, "HeadObject") == 0
 
@@ -157,5 +164,5 @@ def test_files_opened_after_their_listing_expired_relist_the_directory_not_head_
     assert [(root / f"r/{i:02d}").read_bytes() for i in range(30)] == [f"body {i}".encode() for i in range(30)]
     after = requests(gw)
     # The lookup of ``r`` (a short listing), then ``r`` listed again once: every name answered from it.
-    assert sent(before, after, "ListObjectsV2") <= 3
+    assert sent(before, after, "ListObjectsV2") <= 3, (before, after)
     assert sent(before, after, "HeadObject") == 0
