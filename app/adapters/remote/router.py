@@ -41,6 +41,7 @@ from app.domain.errors import S3Error
 from app.domain.objects import BucketInfo, ListPage, ObjectMeta, PartAttributes
 from app.domain.profiles import RemoteProfile, profile_named
 from app.domain.routing import DEFAULT_ROUTE, RouteId, RouteStamp
+from app.refresher import Refresher
 
 log = logging.getLogger("ferry.remote")
 
@@ -91,6 +92,7 @@ class RemoteRouter:
         self._pins: dict[str, Route] = {}  # a pinned view's fixed routes (``pinned``)
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        self._refresher = Refresher(self, "_check_if_half_old", refresh_seconds / 2)
         if repo is not None:
             self.refresh()
 
@@ -135,13 +137,24 @@ class RemoteRouter:
         self._checked_at = started
 
     def _current(self) -> _Table:
-        """The table, checked against the catalog's generation within the last interval."""
-        if self.repo is not None and time.monotonic() - self._checked_at >= self.refresh_seconds:
-            with self._guard():
-                now = time.monotonic()
-                if now - self._checked_at >= self.refresh_seconds:  # not done by another thread meanwhile
-                    self._check(now)
+        """The table, checked against the catalog's generation within the last interval (by the
+        refresher, app/refresher.py; by this call when the refresher is behind)."""
+        if self.repo is not None:
+            if time.monotonic() - self._checked_at >= self.refresh_seconds:
+                with self._guard():
+                    now = time.monotonic()
+                    if now - self._checked_at >= self.refresh_seconds:  # not done by another thread meanwhile
+                        self._check(now)
+            else:
+                self._refresher.used()
         return self._table
+
+    def _check_if_half_old(self) -> None:
+        """The refresher's tick."""
+        with self._guard():
+            now = time.monotonic()
+            if now - self._checked_at >= self.refresh_seconds / 2:
+                self._check(now)
 
     def _apply(self, generation: int, remotes: list[RemoteInfo], mappings: list[MappingInfo]) -> None:
         stores: dict[int, tuple[tuple[Any, ...], RemoteStore]] = {}

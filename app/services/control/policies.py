@@ -1,14 +1,19 @@
-"""The policy book: every process resolves policies from an in-memory copy of the rules,
-refreshed from the catalog at most every ``refresh_seconds`` so that a change made through the
-admin API (on any node) applies to running gateways without a restart."""
+"""The policy book: every process resolves policies from an in-memory copy of the rules, no
+older than ``refresh_seconds`` when used, so that a change made through the admin API (on any
+node) applies to running gateways without a restart. A refresher thread keeps the copy fresh
+(app/refresher.py): a request reads the catalog itself only for the first rules, after this
+process changed a rule, or when the refresher is behind.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Protocol
 
 from app.domain.policy import Policy, PolicyRule, resolve, setting_prefix
+from app.refresher import Refresher
 
 
 class PolicyRules(Protocol):
@@ -28,27 +33,41 @@ class PolicyBook:
         self.refresh_seconds = refresh_seconds
         self._rules: list[PolicyRule] = []
         self._version: tuple[int, float] | None = None
-        self._checked = 0.0
+        self._checked = 0.0  # monotonic time the last successful refresh began
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._refresher = Refresher(self, "_refresh_if_half_old", refresh_seconds / 2)
 
     def rules(self) -> list[PolicyRule]:
-        now = time.monotonic()
-        if now - self._checked >= self.refresh_seconds:
-            with self._lock:
-                if now - self._checked >= self.refresh_seconds:
-                    self._reload()
-                    self._checked = now
+        """The rules as of at most ``refresh_seconds`` ago (``refresh_seconds`` 0: as of now)."""
+        if time.monotonic() - self._checked >= self.refresh_seconds or self._version is None:
+            self._refresh()
+        elif self.refresh_seconds > 0:
+            self._refresher.used()
         return self._rules
 
-    def _reload(self) -> None:
-        version = self.repo.version()
-        if version != self._version:
-            self._rules = self.repo.list()
-            self._version = version
+    def _refresh(self) -> None:
+        began = time.monotonic()
+        with self._guard():
+            version = self.repo.version()
+            if version != self._version:
+                self._rules = self.repo.list()
+                self._version = version
+            self._checked = max(self._checked, began)
+
+    def _refresh_if_half_old(self) -> None:
+        if time.monotonic() - self._checked >= self.refresh_seconds / 2:
+            self._refresh()
 
     def invalidate(self) -> None:
         """Re-read on next use (after this process changed a rule)."""
-        self._checked = 0.0
+        with self._guard():
+            self._checked = 0.0
+
+    def _guard(self) -> threading.Lock:
+        if self._pid != os.getpid():  # forked (a prefork pool): the refresher may have held the lock
+            self._pid, self._lock = os.getpid(), threading.Lock()
+        return self._lock
 
     def for_key(self, bucket: str, key: str) -> Policy:
         return resolve(self.defaults, self.rules(), bucket, key)
@@ -89,3 +108,4 @@ class PolicyBook:
     def for_bucket(self, bucket: str) -> Policy:
         """The bucket-level policy (prefix ``""``): what bucket-wide operations follow."""
         return resolve(self.defaults, [r for r in self.rules() if r.prefix == ""], bucket, "")
+

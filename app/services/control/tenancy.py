@@ -16,6 +16,7 @@ assigned on another process is usable at once on every process; a revoked one st
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Protocol
 
@@ -23,6 +24,7 @@ import anyio.to_thread
 
 from app.domain.errors import S3Error
 from app.domain.owners import OwnerMap
+from app.refresher import Refresher
 
 LIST_MAX_AGE = 0.5  # ListBuckets (which waits on the remote anyway) reads a mapping at most this old
 
@@ -52,22 +54,44 @@ class Tenancy:
         self._map: OwnerMap | None = None
         self._loaded_at = float("-inf")
         self._lock: asyncio.Lock | None = None
+        self._generation = 0  # bumped by invalidate: a read begun before it is not kept
+        self._assign = threading.Lock()  # the refresher's thread and the loop both replace the mapping
+        self._refresher = Refresher(self, "_reload_if_half_old", refresh_seconds / 2)
 
     def invalidate(self) -> None:
         """After a change in this process (admin API, create, delete): the next check re-reads."""
-        self._loaded_at = float("-inf")
+        with self._assign:
+            self._generation += 1
+            self._loaded_at = float("-inf")
+
+    def _reload_if_half_old(self) -> None:
+        """The refresher's tick (app/refresher.py): requests find the mapping fresh."""
+        started, generation = time.monotonic(), self._generation
+        if started - self._loaded_at < self.refresh_seconds / 2:
+            return
+        fresh = self.repo.snapshot()
+        with self._assign:
+            if generation == self._generation and started > self._loaded_at:
+                self._map, self._loaded_at = fresh, started
 
     async def _current(self, max_age: float) -> OwnerMap:
         """The mapping, re-read when older than ``max_age``; concurrent callers share one read."""
         if self._map is not None and time.monotonic() - self._loaded_at < max_age:
+            if max_age == self.refresh_seconds:
+                self._refresher.used()
             return self._map
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._map is None or time.monotonic() - self._loaded_at >= max_age:
-                started = time.monotonic()
-                self._map = await anyio.to_thread.run_sync(self.repo.snapshot)
-                self._loaded_at = started
+                started, generation = time.monotonic(), self._generation
+                fresh = await anyio.to_thread.run_sync(self.repo.snapshot)
+                with self._assign:
+                    # Invalidated meanwhile: read again next time; the refresher newer: keep its.
+                    if generation == self._generation and started > self._loaded_at:
+                        self._map, self._loaded_at = fresh, started
+                    elif self._map is None:
+                        self._map = fresh
         return self._map
 
     @staticmethod
