@@ -141,6 +141,15 @@ def test_an_etag_changed_between_discovery_and_fill_invalidates_and_publishes_no
     asyncio.run(scenario())
 
 
+async def read_settled(svc: Services, key: str = "k") -> bytes:
+    """A whole GET of ``key``, once every fill it started has settled."""
+    assert svc.cache is not None
+    got = await svc.gateway.get_object("b", key)
+    body = b"".join([chunk async for chunk in got.stream])
+    await fills_settled(svc.cache)
+    return body
+
+
 @pytest.mark.parametrize("janitor_ran", [True, False])
 def test_a_rediscovered_version_counts_its_bytes_once(tmp_path: Path, janitor_ran: bool) -> None:
     """The same bytes written again (same ETag) leave the old row invalid with its count; the next
@@ -151,21 +160,15 @@ def test_a_rediscovered_version_counts_its_bytes_once(tmp_path: Path, janitor_ra
     data = b"hello mcp"
     _remote, svc, cache, etag = setup(tmp_path, "k", data)
 
-    async def read() -> bytes:
-        got = await svc.gateway.get_object("b", "k")
-        body = b"".join([chunk async for chunk in got.stream])
-        await fills_settled(cache)
-        return body
-
     async def scenario() -> None:
-        assert await read() == data
+        assert await read_settled(svc) == data
         first = cache.index.get("b", "k")
         assert first is not None and first.state == CacheState.READY and first.cached_bytes == len(data)
         cache.index.invalidate("b", "k")  # a write of the same bytes, now durable
         if janitor_ran:  # the janitor deleted the invalid row's block, not yet its row
             cache.store.delete(block_name("b", "k", etag, 0, BLOCK))
         time.sleep(0.01)  # the next discovery begins after the write's tombstone
-        assert await read() == data
+        assert await read_settled(svc) == data
         entry = cache.index.get("b", "k")
         assert entry is not None and entry.state == CacheState.READY and entry.etag == etag
         assert entry.cached_bytes == len(data), entry.cached_bytes
@@ -185,14 +188,8 @@ def test_the_janitor_leaves_the_blocks_a_rediscovery_took_over(tmp_path: Path) -
     _remote, svc, cache, etag = setup(tmp_path, "k", data)
     name = block_name("b", "k", etag, 0, BLOCK)
 
-    async def read() -> bytes:
-        got = await svc.gateway.get_object("b", "k")
-        body = b"".join([chunk async for chunk in got.stream])
-        await fills_settled(cache)
-        return body
-
     async def scenario() -> None:
-        assert await read() == data
+        assert await read_settled(svc) == data
         cache.index.invalidate("b", "k")
         stale = cache.index.invalid_entries()
         assert [e.key for e in stale] == ["k"]
@@ -201,10 +198,10 @@ def test_the_janitor_leaves_the_blocks_a_rediscovery_took_over(tmp_path: Path) -
         assert cache.store.has(name, len(data)) and cache.index.invalid_entries()
         del cache.discovering[("b", "k")]
         time.sleep(0.01)
-        assert await read() == data  # the rediscovery takes the block over
+        assert await read_settled(svc) == data  # the rediscovery takes the block over
         cache._drop_invalid(stale[0])  # the janitor's stale list
         assert cache.store.has(name, len(data))
-        assert await read() == data
+        assert await read_settled(svc) == data
         entry = cache.index.get("b", "k")
         assert entry is not None and entry.state == CacheState.READY and entry.cached_bytes == len(data)
         assert lock_is_free(tmp_path, meta_lock_name("b", "k"))
