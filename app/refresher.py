@@ -42,8 +42,8 @@ class Refresher:
         """The copy was just read: keep it fresh (start the thread if it is not running)."""
         self._last_use = time.monotonic()
         thread = self._thread
-        if thread is not None and thread.is_alive() and self._pid == os.getpid():
-            return
+        if thread is not None and thread.is_alive():  # every request: no syscall here (a forked
+            return  # child sees the parent's thread as not alive, and takes the slow path)
         if self._pid != os.getpid():  # forked: the parent's thread is not here, its lock may be held
             self._pid, self._lock, self._thread = os.getpid(), threading.Lock(), None
         with self._lock:

@@ -42,10 +42,11 @@ class Rules:
 
 def test_requests_find_the_rules_fresh_and_see_a_change_within_the_interval() -> None:
     repo = Rules()
-    book = PolicyBook(repo, Policy(), refresh_seconds=0.2)
+    # An interval long enough that a loaded runner does not stall the refresher past it.
+    book = PolicyBook(repo, Policy(), refresh_seconds=0.5)
     me = threading.get_ident()
     assert book.for_key("b", "k").mode == Policy().mode and repo.readers == [me]  # the first rules: here
-    deadline = time.monotonic() + 1.0
+    deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
         book.for_key("b", "k")
         time.sleep(0.01)
@@ -54,7 +55,7 @@ def test_requests_find_the_rules_fresh_and_see_a_change_within_the_interval() ->
     repo.rules.append(PolicyRule(bucket="b", mode="write-through"))  # another node changed a rule
     changed = time.monotonic()
     while book.for_key("b", "k").mode != "write-through":
-        assert time.monotonic() - changed < 0.2 + 0.1, "the change did not show within the interval"
+        assert time.monotonic() - changed < 0.5 + 0.1, "the change did not show within the interval"
         time.sleep(0.005)
     assert repo.readers.count(me) == 1
 

@@ -108,4 +108,3 @@ class PolicyBook:
     def for_bucket(self, bucket: str) -> Policy:
         """The bucket-level policy (prefix ``""``): what bucket-wide operations follow."""
         return resolve(self.defaults, [r for r in self.rules() if r.prefix == ""], bucket, "")
-
