@@ -332,7 +332,8 @@ def build(settings: Settings) -> Container:
     ensure_bootstrap_key(catalog, settings)
     staging_repo = StagingRepo(engine)
     staging = make_staging(settings, staging_repo, remote, gateway)
-    expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry, part_claims=part_claims)
+    expiry = UploadExpiry(catalog, blobs, remote, settings.multipart_expiry, part_claims=part_claims,
+                          part_copies=part_copies)
     replicas = make_replicas(settings, engine, blobs, journal, executor)
     leaked = RemoteUploadSweep(OwnedRemoteUploads(engine), remote, settings.remote_upload_sweep_interval,
                                settings.remote_upload_grace)

@@ -30,6 +30,7 @@ class BucketsService:
         self.destager = core.destager
         self.journal = core.journal
         self.known_buckets = core.known_buckets
+        self.part_copies = core.part_copies
         self.policies = core.policies
         self.remote = core.remote
         self.tenancy = core.tenancy
@@ -124,6 +125,7 @@ class BucketsService:
         for blob in blobs:  # parts held by another node's disk are not here: nothing to delete
             await self._run(self.blobs.delete, blob)
         if remote_id is not None:
+            await self._run(self.part_copies.settle_before_abort, remote_id)
             try:
                 await self._run(self.remote.abort_multipart, bucket, key, remote_id)
             except S3Error as err:

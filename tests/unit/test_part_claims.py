@@ -67,3 +67,90 @@ def test_claims_of_dead_holders_are_forgotten_an_hour_after_they_ran_out(engine:
     assert claims.forget_run_out(time.time() - 3600) == 1
     assert not claims.claim_part("R-live", 1, "t3", 30)  # still held
     assert claims.claim_part("R-dead", 1, "t4", 30)  # its row is gone: a fresh insert
+
+
+class _Uploads:
+    """The catalog side a part copy reads: the recorded remote upload, until it is aborted."""
+
+    def __init__(self) -> None:
+        self.remote_id: str | None = "R-abort"
+
+    def open_remote_upload(self, upload_id: str, token: str, lease_seconds: float,
+                           grace: float = 0.0) -> tuple[str, str | None]:
+        return ("have", self.remote_id) if self.remote_id else ("gone", None)
+
+    def remote_upload(self, upload_id: str) -> str | None:
+        return self.remote_id
+
+
+class _Remote:
+    def __init__(self) -> None:
+        self.parts: list[int] = []
+
+    def upload_part(self, bucket: str, key: str, remote_id: str, number: int, body: object, size: int,
+                    md5: str, checksums: object) -> None:
+        self.parts.append(number)
+
+
+class _Blobs:
+    def __init__(self, path: object) -> None:
+        self._path = path
+
+    def path(self, blob: str) -> object:
+        return self._path
+
+
+def _ahead(engine: Engine, uploads: _Uploads, remote: _Remote, blob: object) -> object:
+    from app.services.multipart.parts_ahead import PartsAhead
+
+    return PartsAhead(uploads, _Blobs(blob), remote, PartCopies(PartClaims(engine, "n1")),  # type: ignore[arg-type]
+                      None, None, enabled=True, takeover_grace=0.0)  # type: ignore[arg-type]
+
+
+def test_a_part_copy_that_claims_after_the_abort_sends_nothing(engine: Engine, tmp_path: object) -> None:
+    """The abort removes the upload, then waits for the claims it sees; a copier that claims its
+    part after that sees the upload gone and sends nothing (a part landing after the remote
+    abort is kept by SeaweedFS under the bucket: a deleted bucket came back in CI)."""
+    from datetime import UTC, datetime
+
+    from app.domain.objects import PartInfo
+
+    blob = tmp_path / "blob"  # type: ignore[operator]
+    blob.write_bytes(b"p" * 10)
+    uploads, remote = _Uploads(), _Remote()
+    ahead = _ahead(engine, uploads, remote, blob)
+    part = PartInfo(1, 10, "0" * 32, datetime.now(UTC))
+
+    class AbortOnClaim(PartClaims):
+        def claim_part(self, remote_id: str, number: int, token: str, lease_seconds: float) -> bool:
+            won = super().claim_part(remote_id, number, token, lease_seconds)
+            uploads.remote_id = None  # the abort's catalog commit lands right after the claim
+            return won
+
+    ahead.part_copies = PartCopies(AbortOnClaim(engine, "n1"))  # type: ignore[attr-defined]
+    ahead._copy_sync("b", "k", "U1", part, "blob")  # type: ignore[attr-defined]
+    assert remote.parts == []
+    uploads.remote_id = "R-abort"
+    ahead.part_copies = PartCopies(PartClaims(engine, "n1"))  # type: ignore[attr-defined]
+    ahead._copy_sync("b", "k", "U1", part, "blob")  # type: ignore[attr-defined]
+    assert remote.parts == [1]  # not aborted: sent
+
+
+def test_the_abort_waits_for_a_part_being_sent(engine: Engine) -> None:
+    copier = PartCopies(PartClaims(engine, "n1"), lease_seconds=5)
+    aborter = PartCopies(PartClaims(engine, "n2"), lease_seconds=5)
+    claimed, landed = threading.Event(), threading.Event()
+
+    def copy() -> None:
+        with copier.sending("R-wait", 1) as lease:
+            assert lease is not None
+            claimed.set()
+            time.sleep(1.0)
+            landed.set()
+
+    thread = threading.Thread(target=copy)
+    thread.start()
+    assert claimed.wait(10)
+    aborter.settle_before_abort("R-wait", timeout=30)
+    assert landed.is_set()
+    thread.join()

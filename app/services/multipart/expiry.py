@@ -18,6 +18,7 @@ from typing import Protocol
 
 from app.domain.objects import UploadInfo
 from app.domain.uploads import UploadNotOpen
+from app.services.multipart.part_copies import PartCopies
 from app.services.ports import BlobPort, RemotePort
 
 log = logging.getLogger("ferry.uploads")
@@ -52,6 +53,7 @@ class UploadExpiry:
     max_age: float
     retention: float = COMPLETED_RETENTION
     part_claims: RunOutClaims | None = None
+    part_copies: PartCopies | None = None  # parts being sent, waited for before a remote abort
     _next_run: float = field(default=0.0, init=False)
 
     def sweep(self) -> int:
@@ -73,6 +75,8 @@ class UploadExpiry:
             for blob in blobs:
                 self.blobs.delete(blob)
             if remote_id is not None and found is not None:
+                if self.part_copies is not None:
+                    self.part_copies.settle_before_abort(remote_id)
                 try:
                     self.remote.abort_multipart(found[0].bucket, found[0].key, remote_id)
                 except Exception as exc:  # the remote's own lifecycle rules are the backstop

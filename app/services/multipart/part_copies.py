@@ -27,6 +27,10 @@ from app.domain.fencing import Lease
 log = logging.getLogger("ferry.destage")
 
 PART_LEASE_SECONDS = 10.0  # a killed copier's part is sent by the destage at most this much later
+# How long an Abort (a client's, the expiry's, DeleteBucket's) waits for parts still being sent
+# to the remote upload it is about to abort; a part that lands after the abort would, on
+# SeaweedFS, be kept under the bucket (and bring a deleted bucket back).
+ABORT_WAIT_SECONDS = 60.0
 
 
 class PartClaimStore(Protocol):
@@ -74,6 +78,14 @@ class PartCopies:
             time.sleep(pause)
             pause = min(0.5, pause * 2)
         return True
+
+    def settle_before_abort(self, remote_id: str, timeout: float = ABORT_WAIT_SECONDS) -> None:
+        """Before the remote upload is aborted (its catalog row already gone): wait for the parts
+        being sent into it. A copier claims its part before it checks that the upload is still
+        there (``PartsAhead``), so one that got past the check holds a claim seen here."""
+        if not self.wait_others(remote_id, timeout):
+            log.warning("parts of remote upload %s still being sent after %s s; aborting it anyway",
+                        remote_id, timeout)
 
     @contextlib.contextmanager
     def sending(self, remote_id: str, number: int) -> Iterator[Lease | None]:

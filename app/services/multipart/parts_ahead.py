@@ -73,6 +73,8 @@ class PartsAhead:
         with fh, self.part_copies.sending(remote_id, part.part_number) as lease:
             if lease is None:
                 return  # another worker is sending this part (a newer upload of it, or the destage)
+            if self.catalog.remote_upload(upload_id) != remote_id:
+                return  # aborted meanwhile: the aborter waits only for the claims it can see
             with lease.guard():
                 self.remote.upload_part(bucket, key, remote_id, part.part_number, lease.bound(fh), part.size,
                                         md5_b64, part.checksums)

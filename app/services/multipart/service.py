@@ -190,6 +190,7 @@ class MultipartService:
             await self._run(self.blobs.delete, blob)
         part_gather.drop_elsewhere(self.core, held)  # parts other nodes took
         if remote_id is not None:
+            await self._run(self.part_copies.settle_before_abort, remote_id)
             await self._run(self.remote.abort_multipart, bucket, key, remote_id)
 
     async def complete_upload(self, bucket: str, key: str, upload_id: str,
