@@ -114,13 +114,15 @@ def test_write_back_ends_where_seaweedfs_directly_does(gateway: GatewayProcess, 
 def test_the_fence_still_refuses_a_write_that_landed_meanwhile(journal_and_store: tuple[Any, Any],
                                                                 seaweed: SeaweedServer, bucket: str) -> None:
     """The fallback for a directory's 412 applies only when the key still holds no object: a
-    write that landed between the HEAD and the PUT keeps the refusal (the row retries)."""
+    write that landed between the HEAD and the PUT keeps the refusal (the row retries). A body
+    above ABSENCE_FIRST_BYTES: the HEAD comes first."""
     from app.domain.errors import S3Error
     from app.services.destage.destager import spec_of, upload
+    from app.services.destage.upload import ABSENCE_FIRST_BYTES
 
     journal, store = journal_and_store
     key = f"raced-{uuid.uuid4().hex[:8]}"
-    row = _journal_put(journal, store, bucket, key, b"ours")
+    row = _journal_put(journal, store, bucket, key, b"o" * (ABSENCE_FIRST_BYTES + 1))
     real = _remote_store(seaweed)
 
     class LandsFirst:
@@ -138,6 +140,43 @@ def test_the_fence_still_refuses_a_write_that_landed_meanwhile(journal_and_store
         upload(LandsFirst(), store, spec_of(row), conditional=True)
     assert info.value.code == "PreconditionFailed"
     assert remote_client(seaweed).get_object(Bucket=bucket, Key=key)["Body"].read() == b"theirs"
+
+
+def test_a_small_new_key_is_destaged_by_one_put_and_an_overwrite_by_its_etag(
+        journal_and_store: tuple[Any, Any], seaweed: SeaweedServer, bucket: str) -> None:
+    """A small single PUT asks for absence in the PUT itself (no HEAD first): a new key costs
+    the remote one request. A key that holds an object is refused (412), read (HEAD) and
+    written on its ETag; a directory-named key (412, yet no object) gets the plain PUT."""
+    from app.adapters.remote import RemoteConfig, RemoteStore
+    from app.services.destage.destager import Destager
+
+    journal, store = journal_and_store
+    base = f"absent-{uuid.uuid4().hex[:8]}"
+    with CountingProxy(seaweed) as proxy:
+        remote = RemoteStore(RemoteConfig(proxy.endpoint, "us-east-1", seaweed.access_key, seaweed.secret_key))
+        destager = Destager(journal, store, remote, lease_seconds=30)
+        assert remote.conditional_writes(bucket)
+        proxy.reset()
+
+        def sent(key: str) -> list[tuple[str, int]]:
+            proxy.idle()
+            return [(r.method, r.status) for r in proxy.requests(key=key)]
+
+        new = _journal_put(journal, store, bucket, f"{base}/new", b"first bytes")
+        assert destager.destage(new.seq) == "durable"
+        assert sent(f"{base}/new") == [("PUT", 200)]
+
+        remote_client(seaweed).put_object(Bucket=bucket, Key=f"{base}/old", Body=b"written elsewhere")
+        proxy.reset()
+        over = _journal_put(journal, store, bucket, f"{base}/old", b"ours, newer")
+        assert destager.destage(over.seq) == "durable"
+        assert sent(f"{base}/old") == [("PUT", 412), ("HEAD", 200), ("PUT", 200)]
+        assert remote_client(seaweed).get_object(Bucket=bucket, Key=f"{base}/old")["Body"].read() == b"ours, newer"
+
+        remote_client(seaweed).put_object(Bucket=bucket, Key=f"{base}/dir/inner", Body=b"x")
+        folder = _journal_put(journal, store, bucket, f"{base}/dir/", b"")
+        assert destager.destage(folder.seq) == "durable"
+    assert remote_client(seaweed).head_object(Bucket=bucket, Key=f"{base}/dir/")["ContentLength"] == 0
 
 
 def test_a_flush_keeps_the_attempts_of_a_row_that_cannot_succeed(journal_and_store: tuple[Any, Any],

@@ -23,6 +23,11 @@ from app.services.ports import BlobPort, RemotePort
 
 log = logging.getLogger("ferry.destage")
 
+# A single PUT of at most this many bytes asks for the key's absence first (If-None-Match: *) and
+# reads the remote's ETag only when refused: a body this small costs less to send twice than a
+# round trip to the remote costs every new key. Larger bodies read the ETag first (a HEAD).
+ABSENCE_FIRST_BYTES = 256 * 1024
+
 
 @dataclass(frozen=True)
 class UploadSpec:
@@ -112,6 +117,19 @@ def _expectation(remote: RemotePort, bucket: str, key: str) -> dict[str, str]:
 
 def _put_single(remote: RemotePort, store: BlobPort, spec: UploadSpec, conditional: bool,
                 fence: Callable[[], bool] | None = None) -> str:
+    if conditional and spec.size <= ABSENCE_FIRST_BYTES:
+        # Most small writes make new keys: ask the remote for absence in the PUT itself rather
+        # than by a HEAD first (one round trip instead of two). A refusal means an object was
+        # there when it arrived; the HEAD below reads what it is, under the lease as before.
+        try:
+            return _send_put(remote, store, spec, {"if_none_match": "*"}, fence)
+        except S3Error as err:
+            if err.code != "PreconditionFailed":
+                raise
+        current = remote.current_etag(spec.bucket, spec.key)
+        if current is None:  # refused, yet no object: a directory-named key (below)
+            return _send_put(remote, store, spec, {}, fence)
+        return _send_put(remote, store, spec, {"if_match": current}, fence)
     condition = _expectation(remote, spec.bucket, spec.key) if conditional else {}
     try:
         return _send_put(remote, store, spec, condition, fence)
