@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     tenancy: Literal["isolated", "shared"] = "isolated"
     tenancy_refresh_seconds: float = Field(2.0, gt=0)
     metrics_public: bool = False  # /metrics without the admin token (it names buckets and tenants)
+    # The local read socket in the data directory: ``ferry mount`` on this node reads cached bytes
+    # through descriptors of the cache blocks instead of loopback HTTP (app/server/local_reads.py).
+    local_reads: bool = True
     ready_cache_seconds: float = Field(5.0, ge=0)  # /readyz reuses its remote/broker checks this long
     # /readyz fails when the data dir's disk has less free space than either bound.
     ready_min_free_bytes: int = Field(1024**3, ge=0)

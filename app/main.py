@@ -18,6 +18,7 @@ from app.config import Settings, get_settings
 from app.logs import RequestIdMiddleware
 from app.s3.app import Receive, S3App, Scope, Send
 from app.s3.request import BodyRate
+from app.server.local_reads import LocalReadListener, socket_path
 
 CONTROL_PATHS = ("/healthz", "/readyz", "/metrics", "/admin")
 
@@ -30,7 +31,7 @@ def _is_s3_request(scope: MutableMapping[str, Any]) -> bool:
     return b"X-Amz-Signature=" in scope.get("query_string", b"")
 
 
-def control_app(container: Container) -> FastAPI:
+def control_app(container: Container, local_reads: LocalReadListener | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await container.executor.start()
@@ -38,9 +39,13 @@ def control_app(container: Container) -> FastAPI:
         await container.cache.start()
         await container.staging.startup()
         await container.chores.start()
+        if local_reads is not None:
+            await local_reads.start()
         try:
             yield
         finally:
+            if local_reads is not None:
+                await local_reads.stop()
             await container.chores.stop()
             await container.cache.stop()
             await container.staging.shutdown()
@@ -102,7 +107,9 @@ class FerryApp:
                         body_min_rate=BodyRate(container.settings.body_min_rate,
                                                container.settings.body_min_rate_window),
                         read_deadline=container.settings.remote_request_deadline or None)
-        self.control = control_app(container)
+        settings = container.settings
+        self.local_reads = LocalReadListener(self.s3, socket_path(settings.data_dir)) if settings.local_reads else None
+        self.control = control_app(container, self.local_reads)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.mount --size-mib 1024 --runs 3
     .venv/bin/python -m bench.mount --only metadata --runs 3   # only the listings (ls -l, find + grep -r)
 
-Starts SeaweedFS on loopback, one gateway (embedded default: write-back) and a mount of it, then,
-interleaved run by run (medians printed):
+Starts SeaweedFS on loopback, one gateway (embedded default: write-back) and two mounts of it (one
+reading through the gateway's local read socket, as on the serving node by default, one with
+``FERRY_LOCAL_SOCKET=off``: over HTTP), then, interleaved run by run (medians printed):
 - sequential read of a cached object: a GET through the gateway (urllib3, readinto a reused
   buffer) against ``read()`` of the mounted file in 1 MiB pieces, the kernel's pages of the file
   dropped first (the mount keeps them across opens: a re-read would time the page cache);
@@ -127,7 +128,8 @@ def run(size_mib: int, cold_mib: int, runs: int, listing_keys: int, small_files:
         results.setdefault(name, []).append(value)
 
     with tempfile.TemporaryDirectory(prefix="bench-mount-") as scratch, SeaweedServer() as sw, \
-            GatewayProcess(sw, Path(scratch) / "gw") as gw, MountProcess(gw) as mnt:
+            GatewayProcess(sw, Path(scratch) / "gw") as gw, MountProcess(gw) as mnt, \
+            MountProcess(gw, env={"FERRY_LOCAL_SOCKET": "off"}) as over_http:
         bucket = f"bm-{uuid.uuid4().hex[:8]}"
         s3 = gw.client()
         s3.create_bucket(Bucket=bucket)
@@ -140,22 +142,24 @@ def run(size_mib: int, cold_mib: int, runs: int, listing_keys: int, small_files:
         buf = bytearray(MiB)
         if only != "metadata":
             gateway_get(gw, bucket, "cached.bin", size, buf)  # the cache now holds it
-        root = mnt.path / bucket
+        root, http_root = mnt.path / bucket, over_http.path / bucket
         remote = remote_client(sw)
         cold_body = os.urandom(cold)
         for r in range(runs if only != "metadata" else 0):
             add("cached GET", size / gateway_get(gw, bucket, "cached.bin", size, buf) / 1e6)
             add("cached mount read", size / mount_read(root / "cached.bin", size, buf) / 1e6)
-            for who in ("GET", "mount"):
+            add("cached mount read over HTTP", size / mount_read(http_root / "cached.bin", size, buf) / 1e6)
+            for who in ("GET", "mount", "mount-http"):
                 key = f"cold-{who}-{r}"
                 remote.put_object(Bucket=bucket, Key=key, Body=cold_body)
             time.sleep(1.1)  # the mount's listing cache: the new keys are seen
             add("cold GET", cold / gateway_get(gw, bucket, f"cold-GET-{r}", cold, buf) / 1e6)
             add("cold mount read", cold / mount_read(root / f"cold-mount-{r}", cold, buf) / 1e6)
+            add("cold mount read over HTTP", cold / mount_read(http_root / f"cold-mount-http-{r}", cold, buf) / 1e6)
             add("PUT ack (upload_file)", size / gateway_put(gw, bucket, f"put-{r}", source) / 1e6)
             add("mount write+fsync+close", size / mount_write(root / f"written-{r}", source) / 1e6)
             gw.flush(bucket)
-            for key in (f"put-{r}", f"written-{r}", f"cold-GET-{r}", f"cold-mount-{r}"):
+            for key in (f"put-{r}", f"written-{r}", f"cold-GET-{r}", f"cold-mount-{r}", f"cold-mount-http-{r}"):
                 s3.delete_object(Bucket=bucket, Key=key)
             gw.flush(bucket)
         if only != "reads":
@@ -179,7 +183,9 @@ def main() -> None:
         if name not in ("runs", "size_mib", "cold_mib"):
             print(f"  {name:32s} {value:10.2f}")
     ratio = [("cached read: mount / GET", "cached mount read", "cached GET", 0.7),
+             ("cached, over HTTP: mount / GET", "cached mount read over HTTP", "cached GET", 0.7),
              ("cold read: mount / GET", "cold mount read", "cold GET", 1 / 1.2),
+             ("cold, over HTTP: mount / GET", "cold mount read over HTTP", "cold GET", 1 / 1.2),
              ("write: mount / PUT ack", "mount write+fsync+close", "PUT ack (upload_file)", 0.7)]
     for label, mine, theirs, goal in ratio:
         if mine not in medians:

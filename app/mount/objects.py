@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +22,16 @@ import urllib3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from app.mount.local_reads import LocalReads, LocalUnavailable
+
+log = logging.getLogger("ferry.mount")
+
 MiB = 1024 * 1024
 # A file larger than this is published as a multipart upload of PART_SIZE parts, PARALLEL_PARTS at once.
 MULTIPART_THRESHOLD = 64 * MiB
 PART_SIZE = 16 * MiB
 PARALLEL_PARTS = 8
+LOCAL_RETRY_SECONDS = 30  # after the local read socket failed, HTTP only for this long
 
 # S3 error codes as the errno a filesystem caller understands.
 ERRNO_OF = {
@@ -76,7 +83,7 @@ def _stat(size: int, modified: Any, etag: str) -> FileStat:
 
 class GatewayObjects:
     def __init__(self, url: str, access_key: str, secret_key: str, *, region: str = "us-east-1",
-                 connections: int = 32) -> None:
+                 connections: int = 32, local_socket: Path | None = None) -> None:
         self.client = boto3.client(
             "s3", endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key,
             # The gateway computes the object's MD5 and checks what is sent; a CRC the SDK would add
@@ -86,6 +93,8 @@ class GatewayObjects:
                                               retries={"max_attempts": 5, "mode": "standard"},
                                               connect_timeout=10, read_timeout=120))
         self.pool = urllib3.PoolManager(maxsize=connections, timeout=urllib3.Timeout(connect=10, read=120))
+        self.local = LocalReads(local_socket) if local_socket is not None else None
+        self._local_off_until = 0.0  # after the socket failed: HTTP only for a while
 
     def buckets(self) -> list[str]:
         try:
@@ -124,8 +133,15 @@ class GatewayObjects:
         ``readinto`` into one buffer: no copies of the body in Python."""
         url = self.client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key},
                                                  ExpiresIn=300)
-        resp = self.pool.request("GET", url, preload_content=False, retries=self.retries(),
-                                 headers={"Range": f"bytes={start}-{start + length - 1}", "If-Match": f'"{etag}"'})
+        headers = {"Range": f"bytes={start}-{start + length - 1}", "If-Match": f'"{etag}"'}
+        if self.local is not None and time.monotonic() >= self._local_off_until:
+            try:
+                return self._read_local(self.local, url, headers, bucket, key, length)
+            except LocalUnavailable as exc:
+                log.info("ferry mount: the local read socket failed (%s); reading over HTTP for %d s",
+                         exc, LOCAL_RETRY_SECONDS)
+                self._local_off_until = time.monotonic() + LOCAL_RETRY_SECONDS
+        resp = self.pool.request("GET", url, preload_content=False, retries=self.retries(), headers=headers)
         try:
             if resp.status == 412:
                 raise ObjectError("Stale", f"{bucket}/{key} changed while open")
@@ -144,6 +160,22 @@ class GatewayObjects:
             return buf
         finally:
             resp.release_conn()
+
+    @staticmethod
+    def _read_local(local: LocalReads, url: str, headers: dict[str, str], bucket: str, key: str,
+                    length: int) -> bytearray:
+        """``read`` over the local read socket: the same request, the same answers."""
+        buf = bytearray(length)
+        status, _, got, body = local.get(url, headers, buf)
+        if status == 412:
+            raise ObjectError("Stale", f"{bucket}/{key} changed while open")
+        if status == 416:
+            return bytearray()
+        if status not in (200, 206):
+            raise ObjectError(error_code(body) or str(status), f"GET {bucket}/{key}")
+        if got != length:
+            raise ObjectError("IncompleteBody", f"{bucket}/{key}: {got} of {length} bytes")
+        return buf
 
     def publish(self, bucket: str, key: str, path: Path) -> FileStat:
         """The whole file as the object: one PUT (or one multipart upload of parts sent 8 at a

@@ -20,6 +20,7 @@ import trio
 
 from app.mount.fs import FerryFS
 from app.mount.objects import GatewayObjects
+from app.server.local_reads import socket_path
 
 log = logging.getLogger("ferry.mount")
 
@@ -35,6 +36,7 @@ class MountSettings:
     cache_seconds: float = 1.0
     staging_root: Path | None = None
     allow_other: bool = False
+    local_socket: Path | None = None  # the gateway's local read socket, when on its node
 
     @classmethod
     def from_env(cls, **given: Any) -> MountSettings:
@@ -53,7 +55,16 @@ class MountSettings:
         staging = env.get("FERRY_MOUNT_STAGING")
         return cls(url=url, access_key=access, secret_key=secret,
                    region=env.get("AWS_REGION") or env.get("FERRY_REGION") or "us-east-1",
-                   staging_root=Path(staging) if staging else None, **given)
+                   staging_root=Path(staging) if staging else None, local_socket=local_socket(env), **given)
+
+
+def local_socket(env: Any) -> Path | None:
+    """FERRY_LOCAL_SOCKET, else the socket in the node's data directory (FERRY_DATA_DIR, or the
+    gateway's default) when it is there: the mount runs on the serving node."""
+    if given := env.get("FERRY_LOCAL_SOCKET"):
+        return Path(given) if given != "off" else None
+    path = socket_path(Path(env.get("FERRY_DATA_DIR", "./var/ferry")))
+    return path if path.exists() else None
 
 
 def options(settings: MountSettings) -> set[str]:
@@ -67,8 +78,11 @@ def options(settings: MountSettings) -> set[str]:
 
 def mount(mountpoint: Path, settings: MountSettings) -> None:
     """Serve the mount until it is unmounted or signalled; unmount on the way out."""
-    objects = GatewayObjects(settings.url, settings.access_key, settings.secret_key, region=settings.region)
+    objects = GatewayObjects(settings.url, settings.access_key, settings.secret_key, region=settings.region,
+                             local_socket=settings.local_socket)
     objects.buckets()  # fail now, with the gateway's answer, rather than at the first ls
+    if settings.local_socket is not None:
+        log.info("ferry mount: reading through the gateway's local read socket %s", settings.local_socket)
     staging = Path(tempfile.mkdtemp(prefix="ferry-mount-", dir=settings.staging_root))
     fs = FerryFS(objects, staging, bucket=settings.bucket, read_only=settings.read_only,
                  cache_seconds=settings.cache_seconds)

@@ -163,6 +163,24 @@ def test_a_change_through_s3_shows_in_the_mount_within_a_second(gw: GatewayProce
         time.sleep(0.05)
 
 
+@pytest.mark.parametrize("socket", ["local", "missing"])
+def test_reads_take_the_gateways_local_socket_or_fall_back_to_http(gw: GatewayProcess, bucket: str,
+                                                                   socket: str) -> None:
+    """On the serving node the mount reads cached bytes through the gateway's local read socket
+    (cache-block descriptors, app/server/local_reads.py); a socket that does not answer leaves it
+    on HTTP with the same bytes."""
+    data = os.urandom(20 * MiB)
+    gw.client().put_object(Bucket=bucket, Key="blocks.bin", Body=data)
+    assert gw.client().get_object(Bucket=bucket, Key="blocks.bin")["Body"].read() == data  # cached
+    env = {"FERRY_LOCAL_SOCKET": "/nonexistent/ferry.sock"} if socket == "missing" else {}
+    with MountProcess(gw, env=env) as m:
+        with open(m.path / bucket / "blocks.bin", "rb") as fh:
+            assert hashlib.md5(fh.read()).digest() == hashlib.md5(data).digest()
+        log = m.log_path.read_text()
+    assert "reading through the gateway's local read socket" in log
+    assert ("the local read socket failed" in log) == (socket == "missing")
+
+
 def test_cp_rsync_tar_round_trip(gw: GatewayProcess, mnt: MountProcess, bucket: str, tmp_path: Path) -> None:
     src = tmp_path / "tree"
     for d in ("a", "a/b", "c"):

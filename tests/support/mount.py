@@ -60,7 +60,8 @@ class MountProcess:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRY_", "AWS_"))}
         env.update(FERRY_URL=self.gateway.endpoint, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
-                   FERRY_MOUNT_STAGING=str(self.staging), FERRY_LOG_LEVEL="info")
+                   FERRY_MOUNT_STAGING=str(self.staging), FERRY_LOG_LEVEL="info",
+                   FERRY_DATA_DIR=str(self.gateway.data_dir))  # on the serving node: its local read socket
         env.update(self.extra_env)
         return env
 
