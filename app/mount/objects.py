@@ -141,6 +141,7 @@ class GatewayObjects:
                 log.info("ferry mount: the local read socket failed (%s); reading over HTTP for %d s",
                          exc, LOCAL_RETRY_SECONDS)
                 self._local_off_until = time.monotonic() + LOCAL_RETRY_SECONDS
+                self.local.close()  # the other pooled connections are most likely as dead (a restart)
         resp = self.pool.request("GET", url, preload_content=False, retries=self.retries(), headers=headers)
         try:
             if resp.status == 412:
