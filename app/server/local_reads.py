@@ -102,7 +102,7 @@ class LocalReadListener:
                 finally:
                     for fd in fds:
                         os.close(fd)
-        except (ConnectionError, TooLarge, ValueError, asyncio.IncompleteReadError) as exc:
+        except (ConnectionError, TooLarge, ValueError, TypeError, asyncio.IncompleteReadError) as exc:
             log.info("local read connection closed: %s", exc)
         finally:
             writer.close()

@@ -153,3 +153,20 @@ def test_two_workers_serve_one_socket(seaweed: SeaweedServer, tmp_path: Path) ->
 def test_without_the_socket_the_reader_says_so(tmp_path: Path) -> None:
     with pytest.raises(LocalUnavailable):
         LocalReads(tmp_path / "none.sock").get("http://127.0.0.1:1/b/k", {}, bytearray(1))
+
+
+def test_garbage_on_the_socket_closes_that_connection_only(gw: GatewayProcess, bucket: str) -> None:
+    import socket
+
+    for junk in (b"\x00\x00\x00\x05nope!", b"\x00\x00\x00\x02[]", b'\x00\x00\x00\x0d{"headers":1}', b"\xff" * 8):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(10)
+            sock.connect(str(socket_path(gw.data_dir)))
+            sock.sendall(junk)
+            sock.shutdown(socket.SHUT_WR)
+            assert sock.recv(100) == b""  # closed, no answer
+    gw.client().put_object(Bucket=bucket, Key="after", Body=b"still served")
+    etag = gw.client().head_object(Bucket=bucket, Key="after")["ETag"].strip('"')
+    reader = objects(gw)
+    assert reader.read(bucket, "after", 0, 12, etag) == b"still served"
+    assert reader._local_off_until == 0.0
