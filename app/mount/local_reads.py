@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from app.server.local_wire import MAX_FDS, frame, read_frame
+from app.server.local_wire import MAX_FDS, frame, reachable, read_frame
 
 
 class LocalUnavailable(Exception):
@@ -64,7 +64,8 @@ class LocalReads:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(120)
         try:
-            sock.connect(str(self.path))
+            with reachable(self.path) as name:
+                sock.connect(name)
         except OSError as exc:
             sock.close()
             raise LocalUnavailable(str(exc)) from exc

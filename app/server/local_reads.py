@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote
 
-from app.server.local_wire import MAX_FDS, frame, rights
+from app.server.local_wire import MAX_FDS, frame, reachable, rights
 from app.server.zerocopy import EXTENSION
 
 log = logging.getLogger("ferry.local_reads")
@@ -67,8 +67,14 @@ class LocalReadListener:
             return False
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # a previous owner's (the lock says none serves it now)
+        try:
+            with reachable(self.path) as name:
+                self._server = await asyncio.start_unix_server(self._serve, path=name)
+        except OSError as exc:  # the gateway serves HTTP either way; the mount then reads over it
+            log.warning("the local read socket %s could not be served: %s", self.path, exc)
+            lock.close()
+            return False
         self._lock = lock
-        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
         log.info("local reads on %s", self.path)
         return True
 

@@ -14,10 +14,13 @@ One connection carries one exchange at a time:
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
 import socket
 import struct
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 HEADER = struct.Struct("!I")
@@ -69,4 +72,21 @@ def rights(fds: list[int]) -> list[tuple[int, int, bytes]]:
 
 def _close_all(fds: list[int]) -> None:
     for fd in fds:
+        os.close(fd)
+
+
+MAX_SUN_PATH = 100  # sun_path holds 108 bytes with its NUL; a data directory's path may be longer
+
+
+@contextlib.contextmanager
+def reachable(path: Path) -> Iterator[str]:
+    """A name of ``path`` short enough for bind/connect: itself, or, when longer than a socket
+    address holds, the same file through a descriptor of its directory (/proc/self/fd/N/name)."""
+    if len(os.fsencode(path)) <= MAX_SUN_PATH:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
         os.close(fd)

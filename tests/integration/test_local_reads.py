@@ -170,3 +170,18 @@ def test_garbage_on_the_socket_closes_that_connection_only(gw: GatewayProcess, b
     reader = objects(gw)
     assert reader.read(bucket, "after", 0, 12, etag) == b"still served"
     assert reader._local_off_until == 0.0
+
+
+def test_a_data_directory_with_a_long_path_still_serves_the_socket(seaweed: SeaweedServer, tmp_path: Path) -> None:
+    """A socket address holds 107 bytes; a deeper data directory is bound and reached through a
+    descriptor of its directory."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    with GatewayProcess(seaweed, deep) as g:
+        assert len(str(socket_path(g.data_dir))) > 108
+        name = f"lr-{uuid.uuid4().hex[:12]}"
+        g.client().create_bucket(Bucket=name)
+        g.client().put_object(Bucket=name, Key="k", Body=b"deep bytes")
+        etag = g.client().head_object(Bucket=name, Key="k")["ETag"].strip('"')
+        reader = objects(g)
+        assert reader.read(name, "k", 0, 10, etag) == b"deep bytes"
+        assert reader._local_off_until == 0.0
