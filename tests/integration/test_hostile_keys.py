@@ -234,8 +234,11 @@ def test_nothing_escaped_the_data_dir(gateway: GatewayProcess, gateway_tls: Gate
         root = gw.data_dir.resolve()
         entries = set(os.listdir(root))
         assert entries <= {"tmp", "blobs", "gateway.log", "ferry.db", "ferry.db-wal", "ferry.db-shm",
-                           "ferry.db-journal", "metrics", "cache", "ferry.lock", "ferry.dirid"}, entries
-        # metrics: prometheus multiprocess files; ferry.lock/ferry.dirid: the data dir's owner lock and id
+                           "ferry.db-journal", "metrics", "cache", "ferry.lock", "ferry.dirid", "local"}, entries
+        # metrics: prometheus multiprocess files; ferry.lock/ferry.dirid: the data dir's owner lock and id;
+        # local: the local read socket (app/server/local_reads.py) and the lock of the process serving it
+        if (root / "local").exists():
+            assert set(os.listdir(root / "local")) <= {"ferry.sock", "ferry.lock"}
         assert {"tmp", "blobs"} <= entries
         cache = root / "cache"
         if cache.exists():  # the read cache: block files named by sha256, never by a key
