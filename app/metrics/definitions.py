@@ -17,7 +17,8 @@ CACHE_BYTES = Counter("ferry_cache_served_bytes_total", "Bytes served to clients
 CACHE_EVICTIONS = Counter("ferry_cache_evictions_total", "Cache entries evicted", ["reason"])
 CACHE_ADMISSIONS = Counter("ferry_cache_admissions_total",
                            "Misses judged by frequency admission: room (cached, nothing evicted), admitted (cached "
-                           "in place of less frequent entries) or refused (read through uncached)", ["decision"])
+                           "in place of less frequent entries), partial (as many blocks as the free room holds) or "
+                           "refused (read through uncached)", ["decision"])
 CACHE_PREFETCHED_BYTES = Counter("ferry_cache_prefetched_bytes_total",
                                  "Bytes fetched into the cache ahead of any reader", ["kind"])
 CACHE_PREFETCH_UNREAD_BYTES = Counter("ferry_cache_prefetch_unread_bytes_total",

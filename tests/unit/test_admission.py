@@ -112,3 +112,39 @@ def test_a_pass_over_an_object_counts_once() -> None:
     admission.record("b", "shard", from_start=False)  # a later read further in counts again
     admission.record("b", "shard", from_start=True)  # and so does every new pass from byte 0
     assert admission.estimate("b", "shard") == 3
+
+
+def test_a_miss_refused_whole_takes_the_free_room_in_part() -> None:
+    """Three 300 KiB entries in a 1 MiB budget leave 124 KiB free: a tied 300 KiB miss whose
+    first block fits is admitted in part, keeps blocks while the room lasts, and evicts nothing."""
+    index = Index([entry(f"k{i}", 300 * KiB, float(i), i + 1) for i in range(3)])
+    admission = gate(index)
+    assert not admission.decide("b", "late", 300 * KiB, FREQUENCY)  # no first block: whole or nothing
+    assert admission.allowance("b", "late") is None
+    assert not admission.decide("b", "late", 300 * KiB, FREQUENCY, first_block=128 * KiB)  # does not fit
+    assert admission.decide("b", "late", 300 * KiB, FREQUENCY, first_block=64 * KiB)
+    assert len(index.entries) == 3  # nothing pushed out
+    assert admission.allowance("b", "late") == 124 * KiB
+    assert admission.keep_block("b", "late", 64 * KiB)
+    assert admission.keep_block("b", "late", 32 * KiB)
+    assert not admission.keep_block("b", "late", 64 * KiB)  # 28 KiB left: served, not kept
+    assert admission.keep_block("b", "late", 28 * KiB)
+    assert admission.keep_block("b", "other", 64 * KiB)  # not admitted in part: always kept
+    # The room is spoken for until the next measurement: another miss finds none.
+    assert not admission.decide("b", "next", 300 * KiB, FREQUENCY, first_block=4 * KiB)
+
+
+def test_an_allowance_goes_when_the_key_is_admitted_whole_or_asked_for_by_name() -> None:
+    index = Index([entry(f"k{i}", 300 * KiB, float(i), i + 1) for i in range(3)])
+    clock = Clock()
+    admission = gate(index, clock=clock)
+    assert admission.decide("b", "late", 300 * KiB, FREQUENCY, first_block=64 * KiB)
+    admission.forget_allowance("b", "late")  # staged: kept whole
+    assert admission.allowance("b", "late") is None
+    assert admission.keep_block("b", "late", 300 * KiB)
+    for _ in range(MARGIN + 2):
+        admission.record("b", "late")
+    clock.now += 5  # a fresh measurement: the room is free again, the key now outranks k0
+    assert admission.decide("b", "late", 300 * KiB, FREQUENCY, first_block=64 * KiB)
+    assert admission.allowance("b", "late") is None  # admitted whole, in place of k0
+    assert [e.key for e in index.entries] == ["k1", "k2"]

@@ -139,8 +139,11 @@ class Discovery:
             relayed = gate and old is None and self.cache.copies.relay_only(
                 bucket, key, meta, bool(getattr(body, "from_peer", False)))
             rec.relayed = relayed
+            if old is not None and not same:
+                self.cache.admission.forget_allowance(bucket, key)  # another version: kept whole
+            first_block = min(self.cache.block_size, meta.size - index * self.cache.block_size)
             rec.refused = relayed or (gate and old is None and not await self.cache.run(
-                self.cache.admission.decide, bucket, key, meta.size, policy))
+                self.cache.admission.decide, bucket, key, meta.size, policy, first_block))
             if relayed:
                 metrics.peer_relayed()
             elif rec.refused:

@@ -234,7 +234,8 @@ class Filling:
             job.rec = entry.recording
             job.single = job.rec is not None and entry.blocks == 1
             job.keep = job.rec is None or not job.rec.refused  # refused by admission: served, not kept
-        job.keep = job.keep and not relay
+        # An object admitted in part keeps blocks while its allowance lasts (admission.py).
+        job.keep = job.keep and not relay and self.cache.admission.keep_block(entry.bucket, entry.key, length)
         # A fill that holds a whole object (a one-block object's discovery GET) is checked against
         # the checksum the remote stored, when it sent one: corrupt bytes are never published.
         if job.single and length == entry.size and not relay:

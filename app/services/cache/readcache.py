@@ -161,7 +161,8 @@ class ReadCache(CacheBase):
             gate = True
             refused = self.admission.refused_size(bucket, key)
             if refused is not None:  # refused a moment ago: judged again with no GET to learn its size
-                if not await self.run(self.admission.decide, bucket, key, refused, policy):
+                if not await self.run(self.admission.decide, bucket, key, refused, policy,
+                                      self._first_block(refused, wanted.first_byte)):
                     self.admission.remember_refused(bucket, key, refused)
                     _outcome("miss", bucket, tenant_id)
                     return None  # read through, exactly the range asked for
@@ -191,15 +192,35 @@ class ReadCache(CacheBase):
                 metrics.served_bytes(outcome, bucket, len(small[0]))
                 return CachedRead(entry.meta, rng, _once(small[0]), _nothing_to_close, outcome, small[1], small[0])
         files = self.serving.segments(entry, first, last) if outcome != "miss" else None
-        if files is None and outcome != "miss" and self.disk_low():
+        if files is None and outcome != "miss" and (self.disk_low() or self._beyond_allowance(entry, first, last)):
             _outcome("miss", bucket, tenant_id)  # blocks to fetch, no room for them: read through
             return None
+        if files is None:
+            # Some block is not local (an object admitted in part, or one still filling): this read
+            # waits on the remote, so it is counted a miss, not a hit, whatever part is cached.
+            outcome = "miss"
         _outcome(outcome, bucket, tenant_id)
         if files is not None:
             metrics.served_bytes(outcome, bucket, max(0, last - first + 1))
         stream = self.serving.stream(entry, first, last, outcome, record=files is None, file_ranges=file_ranges)
         # FileRange items only for a caller that asked for them (the S3 edge's zero-copy path).
         return CachedRead(entry.meta, rng, cast(AsyncIterator[bytes], stream), lambda: None, outcome, files)
+
+    def _beyond_allowance(self, entry: Entry, first: int, last: int) -> bool:
+        """Whether the range needs a block of an object admitted in part that its allowance
+        cannot keep (admission.py): such a read goes to the remote with exactly its range."""
+        left = self.admission.allowance(entry.bucket, entry.key)
+        if left is None:
+            return False
+        return any(entry.block_length(i) > left and not self.store.has(self.block_file(entry, i), entry.block_length(i))
+                   for i in range(first // entry.block_size, last // entry.block_size + 1))
+
+    def _first_block(self, size: int, first_byte: int | None) -> int:
+        """The length of the block a discovery starting at ``first_byte`` fetches first."""
+        index = (first_byte or 0) // self.block_size
+        if index * self.block_size >= size:
+            index = 0
+        return min(self.block_size, size - index * self.block_size)
 
     @staticmethod
     def _judge(conditions: Conditions, entry: Entry, outcome: str, tenant_id: int | None) -> None:
@@ -215,6 +236,7 @@ class ReadCache(CacheBase):
         """Fetch every block of the object not cached yet; returns the bytes fetched."""
         if self.disk_low():
             return 0
+        self.admission.forget_allowance(bucket, key)  # asked for by name: kept whole
         entry, _ = await self.current(bucket, key, policy, LOOKUP)
         if entry is None:
             # A whole-object GET, as a client's first read would be: its answer carries the
