@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,24 @@ def _raise(exc: ClientError) -> None:
 def error_code(document: bytes) -> str:
     found = re.search(rb"<Code>([^<]+)</Code>", document)
     return found.group(1).decode() if found else ""
+
+
+def _has_bytes(status: int, error_body: Callable[[], bytes], bucket: str, key: str) -> bool:
+    """What a ranged GET's status means to a read, over HTTP or the local socket alike: raise its
+    errno (412: the version changed while open, ESTALE), or False past the end (416)."""
+    if status == 412:
+        raise ObjectError("Stale", f"{bucket}/{key} changed while open")
+    if status == 416:
+        return False
+    if status not in (200, 206):
+        raise ObjectError(error_code(error_body()) or str(status), f"GET {bucket}/{key}")
+    return True
+
+
+def _whole(buf: bytearray, got: int, bucket: str, key: str) -> bytearray:
+    if got != len(buf):
+        raise ObjectError("IncompleteBody", f"{bucket}/{key}: {got} of {len(buf)} bytes")
+    return buf
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,21 +163,14 @@ class GatewayObjects:
                 self.local.close()  # the other pooled connections are most likely as dead (a restart)
         resp = self.pool.request("GET", url, preload_content=False, retries=self.retries(), headers=headers)
         try:
-            if resp.status == 412:
-                raise ObjectError("Stale", f"{bucket}/{key} changed while open")
-            if resp.status == 416:
+            if not _has_bytes(resp.status, resp.read, bucket, key):
                 return bytearray()
-            if resp.status not in (200, 206):
-                code = error_code(resp.read())
-                raise ObjectError(code or str(resp.status), f"GET {bucket}/{key}")
             buf = bytearray(length)
             view = memoryview(buf)
             got = 0
             while got < length and (n := resp.readinto(view[got:])):
                 got += n
-            if got != length:
-                raise ObjectError("IncompleteBody", f"{bucket}/{key}: {got} of {length} bytes")
-            return buf
+            return _whole(buf, got, bucket, key)
         finally:
             resp.release_conn()
 
@@ -168,15 +180,9 @@ class GatewayObjects:
         """``read`` over the local read socket: the same request, the same answers."""
         buf = bytearray(length)
         status, _, got, body = local.get(url, headers, buf)
-        if status == 412:
-            raise ObjectError("Stale", f"{bucket}/{key} changed while open")
-        if status == 416:
+        if not _has_bytes(status, lambda: body, bucket, key):
             return bytearray()
-        if status not in (200, 206):
-            raise ObjectError(error_code(body) or str(status), f"GET {bucket}/{key}")
-        if got != length:
-            raise ObjectError("IncompleteBody", f"{bucket}/{key}: {got} of {length} bytes")
-        return buf
+        return _whole(buf, got, bucket, key)
 
     def publish(self, bucket: str, key: str, path: Path) -> FileStat:
         """The whole file as the object: one PUT (or one multipart upload of parts sent 8 at a

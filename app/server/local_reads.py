@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote
 
-from app.server.local_wire import MAX_FDS, frame, reachable, rights
+from app.server.local_wire import HEADER, MAX_FDS, MAX_FRAME, frame, reachable, rights
 from app.server.zerocopy import EXTENSION
 
 log = logging.getLogger("ferry.local_reads")
@@ -175,11 +175,11 @@ class LocalReadListener:
 
 async def _request(reader: asyncio.StreamReader) -> dict[str, Any] | None:
     try:
-        head = await reader.readexactly(4)
+        head = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError:
         return None  # the client closed between exchanges
-    size = int.from_bytes(head, "big")
-    if size > 1024 * 1024:
+    (size,) = HEADER.unpack(head)
+    if size > MAX_FRAME:
         raise TooLarge("request frame too large")
     message = await reader.readexactly(size)
     parsed = json.loads(message)
