@@ -6,6 +6,8 @@ may claim the row only once ``lease_until + takeover grace`` has passed (``Journ
 
 - ``Lease.renew`` stamps the (monotonic) time *before* it asks the catalog to extend the lease,
   so the holder's idea of its lease ends no later than the catalog's ``lease_until``;
+- every request that writes starts under a lease the catalog just confirmed: renewed right
+  before it, or, for the first request after the claim, the claim itself (``Lease()``);
 - a request body sent under the lease (``Lease.bound``) stops being read once the lease is over:
   the HTTP client drops the connection mid-body and the remote discards the write;
 - no request (nor a retry of one) starts once the lease is over: the remote client's
@@ -27,6 +29,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, cast
+
+FRESH = 2 / 3  # of a term: the first request after a claim with this much left is sent unrenewed
 
 
 class LeaseLost(Exception):
@@ -56,9 +60,19 @@ class Lease:
         self._lock = threading.Lock()
         # The claim's commit happened after ``started``: the catalog's lease ends later than this.
         self._until = (clock() if started is None else started) + seconds
+        self._claimed_just_now = True  # no request was sent under it yet
 
     def __call__(self) -> bool:
-        """The fence: renew now; True when the lease is ours for another whole term."""
+        """The fence, asked right before each request that writes the key: True when the lease
+        is ours for another whole term, renewed in the catalog now. The first request after
+        the claim needs no renewal while most of the term is left (``FRESH``): the claim's own
+        commit just checked the row is ours, as a renewal would, and nothing was read from the
+        remote since. Every later one renews (after a refusal and a HEAD, the expectation read
+        must be under a lease the catalog still gives us). A small new key's destage thus costs
+        one catalog write fewer."""
+        first, self._claimed_just_now = self._claimed_just_now, False
+        if first and self.remaining() >= self.seconds * FRESH:
+            return True
         return self.renew()
 
     def renew(self) -> bool:

@@ -1,7 +1,8 @@
-"""Every request that writes a key at the remote starts under a lease renewed just before it: when
-the renewal fails (the catalog restarting) or finds the row taken over, nothing is sent, so a
-worker whose lease lapsed never writes alongside the one that claimed the row after it (issue 15:
-after a PostgreSQL restart the remote saw two writes of one key at once). And a request already in
+"""Every request that writes a key at the remote starts under a lease the catalog just confirmed
+(renewed before it; for the first request after a fresh claim, the claim): when the renewal fails
+(the catalog restarting) or finds the row taken over, nothing is sent, so a worker whose lease
+lapsed never writes alongside the one that claimed the row after it (issue 15: after a
+PostgreSQL restart the remote saw two writes of one key at once). And a request already in
 flight when the lease lapses is bounded by it (the body stops, no retry starts), while another worker
 takes the row only a takeover grace after the lease, once nothing of the old holder can be in flight."""
 
@@ -42,6 +43,18 @@ def test_no_remote_write_without_a_renewed_lease(tmp_path: Path, renewal: str, o
         return svc.executor.queued[-1]
 
     seq = asyncio.run(write())
+    # Half a term passes between the claim and the request (a worker that stalled, a busy
+    # machine): the fence must ask the catalog before anything is sent.
+    clock = Clock()
+    svc.destager.clock = clock.monotonic
+    claim = svc.journal.claim
+
+    def late_claim(seq: int, seconds: float) -> Any:
+        row = claim(seq, seconds)
+        clock.t += seconds / 2
+        return row
+
+    svc.journal.claim = late_claim  # type: ignore[method-assign]
     real = svc.journal.renew
 
     def renew(row: object, seconds: float) -> bool:
@@ -57,6 +70,37 @@ def test_no_remote_write_without_a_renewed_lease(tmp_path: Path, renewal: str, o
     assert row is not None and row.state is VersionState.BUFFERED
     svc.journal.renew = real  # type: ignore[method-assign]
     assert svc.destager.destage(seq) == "durable"
+
+
+def test_a_fresh_claim_sends_without_asking_the_catalog_and_a_late_one_renews(tmp_path: Path) -> None:
+    """A small new key destaged right after its claim costs no renewal (the claim's commit just
+    confirmed the lease); one whose lease is a third used renews before its first request. Every
+    later request renews (tests/integration/test_write_order.py: after a refusal and a HEAD)."""
+    remote = InMemoryRemote()
+    remote.create_bucket("b", None)
+    svc = build(tmp_path, remote)
+    renewals: list[int] = []
+    renew = svc.journal.renew
+
+    def counted(row: Any, seconds: float) -> bool:
+        renewals.append(row.seq)
+        return renew(row, seconds)
+
+    svc.journal.renew = counted  # type: ignore[method-assign]
+    asyncio.run(svc.put("b", "fresh", b"v1"))
+    assert svc.destage_all() == ["durable"] and renewals == []
+    clock = Clock()
+    svc.destager.clock = clock.monotonic
+    claim = svc.journal.claim
+
+    def late_claim(seq: int, seconds: float) -> Any:
+        row = claim(seq, seconds)
+        clock.t += seconds * (1 - fencing.FRESH) + 0.1
+        return row
+
+    svc.journal.claim = late_claim  # type: ignore[method-assign]
+    asyncio.run(svc.put("b", "late", b"v1"))
+    assert svc.destage_all() == ["durable"] and len(renewals) == 1
 
 
 # ---- issue 15, the request already in flight: a lease watchdog and a takeover grace ------------

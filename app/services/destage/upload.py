@@ -50,15 +50,17 @@ def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurren
            conditional: bool = False, record: Callable[[str], bool] | None = None) -> str:
     """Write one object version to the remote; returns the remote ETag (verified equal to ours).
 
-    ``fence()`` renews the destage lease; it is asked right before each request that writes the
-    key (PutObject, CreateMultipartUpload, Complete, Abort): False or an error (the catalog
-    unreachable) raises LeaseLost and nothing more is sent. So every such request starts with a
-    whole lease ahead of it. When ``fence`` is a ``Lease`` (the Destager's), the requests already
-    in flight are bounded by it too (``app/domain/fencing.py``): bodies (PutObject, UploadPart)
-    stop being read once the lease is over, and no request or retry starts after it; another
-    worker can claim the row only after the lease plus a takeover grace longer than what may
-    still be in flight (``Journal.claim``). So two destages of one key are never at the remote at
-    once, even when the lease lapsed mid-request while the catalog was restarting (issue 15).
+    ``fence()`` renews the destage lease (the first request after the claim excepted: the claim just
+    confirmed it); it is asked right before each request that writes the key (PutObject,
+    CreateMultipartUpload, Complete, Abort): False or an error (the catalog unreachable) raises
+    LeaseLost and nothing more is sent. So every such request starts with at least two thirds of a
+    lease ahead of it (all but the first with a whole one). When ``fence`` is a ``Lease`` (the
+    Destager's), the requests already in flight are bounded by it too (``app/domain/fencing.py``):
+    bodies (PutObject, UploadPart) stop being read once the lease is over, and no request or retry
+    starts after it; another worker can claim the row only after the lease plus a takeover grace
+    longer than what may still be in flight (``Journal.claim``). So two destages of one key are
+    never at the remote at once, even when the lease lapsed mid-request while the catalog was
+    restarting (issue 15).
     ``conditional``: a single PutObject carries If-Match (or If-None-Match) on the ETag the remote
     has now, so it fails with PreconditionFailed if another write lands before it does.
     ``record(upload_id)`` names a remote multipart upload this call creates on the row before
@@ -81,7 +83,7 @@ def upload(remote: RemotePort, store: BlobPort, spec: UploadSpec, part_concurren
 
 
 def _holds(fence: Callable[[], bool] | None) -> bool:
-    """True when the lease is (still) ours, renewed just now; False when lost or unknown."""
+    """True when the lease is (still) ours, confirmed just now; False when lost or unknown."""
     if fence is None:
         return True
     try:
