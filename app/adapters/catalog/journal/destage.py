@@ -11,24 +11,45 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, select, text, update
+from sqlalchemy import Connection, Engine, and_, bindparam, exists, select, text, update
 from sqlalchemy.orm import aliased
 
 from app.adapters.catalog.cache.entry_rows import invalidate_key
 from app.adapters.catalog.control.remotes import check_route
 from app.adapters.catalog.engine import Sessions, affected
-from app.adapters.catalog.journal.moves import move_rows
-from app.adapters.catalog.tables import ObjectVersion
-from app.adapters.catalog.uploads.remote_opening import key_lock_id, opener_of_key
+from app.adapters.catalog.journal.moves import move_rows, prepared_move
+from app.adapters.catalog.journal.rows import version_row
+from app.adapters.catalog.tables import MultipartUpload, ObjectVersion
+from app.adapters.catalog.uploads.remote_opening import key_lock_id
 from app.domain.routing import RouteStamp
 from app.domain.states import VersionState
 from app.domain.versions import VersionRow
+
+# A claim and the has-newer check run for every destage, the small write's too: their statements
+# are built once (with parameters) rather than per call. The claim moves BUFFERED -> DESTAGING
+# unless another row of the key holds a live lease, or one that ended less than the takeover
+# grace ago (``since``), or an eager part copy is opening a remote upload of the key.
+_OTHER = aliased(ObjectVersion)
+_CLAIM_READ = select(ObjectVersion.state, ObjectVersion.generation, ObjectVersion.node_id, ObjectVersion.bucket,
+                     ObjectVersion.key).where(ObjectVersion.seq == bindparam("seq"))
+_CLAIM = prepared_move(
+    [VersionState.BUFFERED], VersionState.DESTAGING,
+    ObjectVersion.seq == bindparam("b_seq"), ObjectVersion.generation == bindparam("b_generation"),
+    ~exists().where(_OTHER.bucket == bindparam("b_bucket"), _OTHER.key == bindparam("b_key"), _OTHER.seq != bindparam("b_seq"),
+                    _OTHER.state == VersionState.DESTAGING.value, _OTHER.lease_until > bindparam("b_since")),
+    ~exists().where(MultipartUpload.bucket == bindparam("b_bucket"), MultipartUpload.key == bindparam("b_key"),
+                    MultipartUpload.remote_opener.is_not(None), MultipartUpload.remote_opener_until >= bindparam("b_now")),
+    generation=ObjectVersion.generation + 1, lease_until=bindparam("b_until"), attempts=ObjectVersion.attempts + 1)
+_HAS_NEWER = select(ObjectVersion.seq).where(ObjectVersion.bucket == bindparam("bucket"),
+                                             ObjectVersion.key == bindparam("key"),
+                                             ObjectVersion.seq > bindparam("seq")).limit(1)
 
 
 class DestageMoves:
     """Needs the attributes ``Journal.__init__`` sets and its ``get``."""
 
     node_id: str
+    engine: Engine
     takeover_grace: float
     clock: Callable[[], float]
     sessions: Sessions
@@ -41,35 +62,29 @@ class DestageMoves:
     def claim(self, seq: int, lease_seconds: float) -> VersionRow | None:
         """BUFFERED -> DESTAGING with a lease, unless another row of the key holds a live lease
         or one that ended less than the takeover grace ago (its holder may still be writing), or
-        an eager part copy is opening a remote upload of the key (``uploads/remote_opening.py``)."""
+        an eager part copy is opening a remote upload of the key (``uploads/remote_opening.py``).
+        Returns the claimed row as committed (read in the claim's transaction)."""
         now = self.clock()
         with self.bookkeeping.begin() as s:
-            row = s.get(ObjectVersion, seq)
-            if row is None or row.state != VersionState.BUFFERED.value:
+            conn = s.connection()
+            found = conn.execute(_CLAIM_READ, {"seq": seq}).first()
+            if found is None or found.state != VersionState.BUFFERED.value:
                 return None
-            if self.is_postgres and row.node_id != self.node_id:
+            if self.is_postgres and found.node_id != self.node_id:
                 return None  # a shared catalog: its bytes are on another node (or it was taken over)
             if self.is_postgres:
-                s.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": key_lock_id(row.bucket, row.key)})
-            other = aliased(ObjectVersion)
-            moved = move_rows(
-                s.connection(), [VersionState.BUFFERED], VersionState.DESTAGING,
-                ObjectVersion.seq == seq, ObjectVersion.generation == row.generation,
-                ~exists().where(other.bucket == row.bucket, other.key == row.key, other.seq != seq,
-                                other.state == VersionState.DESTAGING.value,
-                                other.lease_until > now - self.takeover_grace),
-                ~opener_of_key(row.bucket, row.key, now),
-                generation=ObjectVersion.generation + 1, lease_until=now + lease_seconds,
-                attempts=ObjectVersion.attempts + 1)
+                conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": key_lock_id(found.bucket, found.key)})
+            moved = conn.execute(_CLAIM, {"b_seq": seq, "b_generation": found.generation, "b_bucket": found.bucket,
+                                          "b_key": found.key, "b_since": now - self.takeover_grace, "b_now": now,
+                                          "b_until": now + lease_seconds}).rowcount
             if moved != 1:
                 return None
-        return self.get(seq)
+            row = s.get(ObjectVersion, seq)
+            return version_row(row) if row is not None else None
 
     def has_newer(self, row: VersionRow) -> bool:
-        with self.sessions() as s:
-            return bool(s.scalar(select(func.count()).where(ObjectVersion.bucket == row.bucket,
-                                                             ObjectVersion.key == row.key,
-                                                             ObjectVersion.seq > row.seq)))
+        with self.engine.connect() as conn:
+            return conn.execute(_HAS_NEWER, {"bucket": row.bucket, "key": row.key, "seq": row.seq}).first() is not None
 
     def renew(self, row: VersionRow, lease_seconds: float) -> bool:
         """Extend a DESTAGING row's lease (no move: the state is not written)."""
