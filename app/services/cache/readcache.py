@@ -175,31 +175,42 @@ class ReadCache(CacheBase):
             outcome = "miss"
         else:
             self._touch(entry)
-        self.sizing.record(bucket, key, entry.etag, entry.size, tenant_id, outcome != "miss")
-        self._judge(conditions, entry, outcome, tenant_id)
+        found = entry
+
+        def counted(outcome: str) -> None:
+            """The read's outcome, once, in both of its records: the outcome counters and the
+            sizing curve's measured ratio (one definition of a hit for both)."""
+            _outcome(outcome, bucket, tenant_id)
+            self.sizing.record(bucket, key, found.etag, found.size, tenant_id, outcome != "miss")
+
+        try:
+            conditions.check(entry.etag, entry.meta.last_modified)
+        except S3Error:
+            counted(outcome)  # a 304 or 412 answered from what the cache knows
+            raise
         rng = wanted.resolve(entry.size)
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
         relayed = entry.recording.data if isinstance(entry, PendingEntry) and entry.recording else None
         if relayed is not None:  # a small object relayed from its owner, whole in memory (copies.py)
-            _outcome(outcome, bucket, tenant_id)
+            counted(outcome)
             data = relayed[first:last + 1] if rng else relayed
             metrics.served_bytes(outcome, bucket, len(data))
             return CachedRead(entry.meta, rng, _once(data), _nothing_to_close, outcome, None, data)
         if outcome != "miss":
             small = self.serving.small_hit(entry, first, last)
             if small is not None:
-                _outcome(outcome, bucket, tenant_id)
+                counted(outcome)
                 metrics.served_bytes(outcome, bucket, len(small[0]))
                 return CachedRead(entry.meta, rng, _once(small[0]), _nothing_to_close, outcome, small[1], small[0])
         files = self.serving.segments(entry, first, last) if outcome != "miss" else None
         if files is None and outcome != "miss" and (self.disk_low() or self._beyond_allowance(entry, first, last)):
-            _outcome("miss", bucket, tenant_id)  # blocks to fetch, no room for them: read through
+            counted("miss")  # blocks to fetch, no room for them (or no allowance): read through
             return None
         if files is None:
             # Some block is not local (an object admitted in part, or one still filling): this read
             # waits on the remote, so it is counted a miss, not a hit, whatever part is cached.
             outcome = "miss"
-        _outcome(outcome, bucket, tenant_id)
+        counted(outcome)
         if files is not None:
             metrics.served_bytes(outcome, bucket, max(0, last - first + 1))
         stream = self.serving.stream(entry, first, last, outcome, record=files is None, file_ranges=file_ranges)
@@ -221,15 +232,6 @@ class ReadCache(CacheBase):
         if index * self.block_size >= size:
             index = 0
         return min(self.block_size, size - index * self.block_size)
-
-    @staticmethod
-    def _judge(conditions: Conditions, entry: Entry, outcome: str, tenant_id: int | None) -> None:
-        """Raise the 304/412 the conditions call for, counted as the cache's answer."""
-        try:
-            conditions.check(entry.etag, entry.meta.last_modified)
-        except S3Error:
-            _outcome(outcome, entry.bucket, tenant_id)
-            raise
 
     # ---- warming (staging) --------------------------------------------------------------------
     async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
