@@ -51,3 +51,12 @@ def block_name(bucket: str, key: str, etag: str, index: int, block_size: int) ->
 def meta_lock_name(bucket: str, key: str) -> str:
     """The lock taken while discovering an object's current version (one discovery at a time)."""
     return hashlib.sha256(("meta\0" + bucket + "\0" + key).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def first_block(size: int, first_byte: int | None, block_size: int) -> tuple[int, int]:
+    """(index, length) of the block a discovery reading from ``first_byte`` caches first: the
+    block the byte is in, or block 0 when the byte is past the end (or no byte was asked)."""
+    index = (first_byte or 0) // block_size
+    if index * block_size >= size:
+        index = 0
+    return index, min(block_size, size - index * block_size)

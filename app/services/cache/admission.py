@@ -152,21 +152,22 @@ class FrequencyAdmission:
         if not self.gated(policy):
             self.forget_allowance(bucket, key)
             return True
+        name = sketch_key(bucket, key)
         with self._lock:
             used = self._used()
             need = used + size - self.budget_bytes
             if need <= 0:
                 self._since += size
-                self._allowed.pop(sketch_key(bucket, key), None)
+                self._allowed.pop(name, None)
                 metrics.admission_decided("room")
                 return True
             if size <= self.budget_bytes and self._replace(bucket, key, size, need):
-                self._allowed.pop(sketch_key(bucket, key), None)
+                self._allowed.pop(name, None)
                 metrics.admission_decided("admitted")
                 return True
             room = self.budget_bytes - used
             if first_block is not None and 0 < first_block <= room and size <= self.budget_bytes:
-                self._allow(sketch_key(bucket, key), room)
+                self._allow(name, room)
                 self._since += room
                 metrics.admission_decided("partial")
                 return True

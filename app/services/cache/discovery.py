@@ -10,7 +10,7 @@ import time
 from typing import BinaryIO
 
 from app import metrics
-from app.domain.cache import Entry, meta_lock_name
+from app.domain.cache import Entry, first_block, meta_lock_name
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
@@ -127,29 +127,17 @@ class Discovery:
             if fetched is None:
                 return old  # another process discovered it while we waited
             meta, body = fetched
-            if meta.size <= index * self.cache.block_size and meta.size:
-                index = 0
+            index = first_block(meta.size, first_byte, self.cache.block_size)[0]
             same = old is not None and old.etag == meta.etag and old.block_size == self.cache.block_size
             rec = Recording(meta, bucket, self.cache.block_size, tenant_id, policy.pinned, started,
                             self._carried_bytes(old) if old is not None and same else 0, lock,
                             old if old is not None and not same else None,
                             ranged=not whole and not meta.checksums and meta.size > 0)
-            # A key the cache holds no row of is a newcomer. An owner's bytes read here for the
-            # first time are relayed, not kept (copies.py); else it is kept if admission says so.
-            relayed = gate and old is None and self.cache.copies.relay_only(
-                bucket, key, meta, bool(getattr(body, "from_peer", False)))
-            rec.relayed = relayed
             if old is not None and not same:
                 self.cache.admission.forget_allowance(bucket, key)  # another version: kept whole
-            first_block = min(self.cache.block_size, meta.size - index * self.cache.block_size)
-            rec.refused = relayed or (gate and old is None and not await self.cache.run(
-                self.cache.admission.decide, bucket, key, meta.size, policy, first_block))
-            if relayed:
-                metrics.peer_relayed()
-            elif rec.refused:
-                self.cache.admission.remember_refused(bucket, key, meta.size)
+            await self._judge(rec, old is None and gate, body, policy, first_byte)
             entry = rec.provisional()
-            if relayed and isinstance(body, SmallBody):  # read whole with the GET: served from memory
+            if rec.relayed and isinstance(body, SmallBody):  # read whole with the GET: served from memory
                 rec.data = body.getvalue()
                 handed_off = True
                 self.settle(rec, 0, asyncio.get_running_loop())  # no row: releases the lock
@@ -169,6 +157,24 @@ class Discovery:
         finally:
             if not handed_off:
                 self.cache.store.unlock(lock)
+
+    async def _judge(self, rec: Recording, newcomer: bool, body: BinaryIO | None, policy: Policy,
+                     first_byte: int | None) -> None:
+        """Whether a newcomer (a key the cache holds no row of, read by a gated reader) is kept:
+        an owner's bytes read here for the first time are relayed, not kept (copies.py); else it
+        is kept if admission says so, whole or in part (from the block read first)."""
+        if not newcomer:
+            return
+        bucket, key, meta = rec.bucket, rec.meta.key, rec.meta
+        rec.relayed = self.cache.copies.relay_only(bucket, key, meta, bool(getattr(body, "from_peer", False)))
+        if rec.relayed:
+            rec.refused = True
+            metrics.peer_relayed()
+            return
+        length = first_block(meta.size, first_byte, self.cache.block_size)[1]
+        rec.refused = not await self.cache.run(self.cache.admission.decide, bucket, key, meta.size, policy, length)
+        if rec.refused:
+            self.cache.admission.remember_refused(bucket, key, meta.size)
 
     def _carried_bytes(self, old: Entry) -> int:
         """The bytes of this same version already cached, which the new row takes over. A ready

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from app import metrics
-from app.domain.cache import Entry, meta_lock_name
+from app.domain.cache import Entry, first_block, meta_lock_name
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import FileSegment, ObjectMeta
@@ -162,7 +162,7 @@ class ReadCache(CacheBase):
             refused = self.admission.refused_size(bucket, key)
             if refused is not None:  # refused a moment ago: judged again with no GET to learn its size
                 if not await self.run(self.admission.decide, bucket, key, refused, policy,
-                                      self._first_block(refused, wanted.first_byte)):
+                                      first_block(refused, wanted.first_byte, self.block_size)[1]):
                     self.admission.remember_refused(bucket, key, refused)
                     _outcome("miss", bucket, tenant_id)
                     return None  # read through, exactly the range asked for
@@ -175,42 +175,47 @@ class ReadCache(CacheBase):
             outcome = "miss"
         else:
             self._touch(entry)
-        found = entry
+        return self._serve(entry, outcome, wanted, tenant_id, file_ranges, conditions)
 
-        def counted(outcome: str) -> None:
-            """The read's outcome, once, in both of its records: the outcome counters and the
-            sizing curve's measured ratio (one definition of a hit for both)."""
-            _outcome(outcome, bucket, tenant_id)
-            self.sizing.record(bucket, key, found.etag, found.size, tenant_id, outcome != "miss")
+    def _counted(self, entry: Entry, outcome: str, tenant_id: int | None) -> None:
+        """A read's outcome, once, in both of its records: the outcome counters and the sizing
+        curve's measured ratio (one definition of a hit for both)."""
+        _outcome(outcome, entry.bucket, tenant_id)
+        self.sizing.record(entry.bucket, entry.key, entry.etag, entry.size, tenant_id, outcome != "miss")
 
+    def _serve(self, entry: Entry, outcome: str, wanted: RangeRequest, tenant_id: int | None, file_ranges: bool,
+               conditions: Conditions) -> CachedRead | None:
+        """The read of a known entry (a hit, or a miss whose discovery just told the version):
+        its conditions, then the bytes from memory, one block, the block files or the fills."""
+        bucket = entry.bucket
         try:
             conditions.check(entry.etag, entry.meta.last_modified)
         except S3Error:
-            counted(outcome)  # a 304 or 412 answered from what the cache knows
+            self._counted(entry, outcome, tenant_id)  # a 304 or 412 answered from what the cache knows
             raise
         rng = wanted.resolve(entry.size)
         first, last = (rng.first, rng.last) if rng else (0, entry.size - 1)
         relayed = entry.recording.data if isinstance(entry, PendingEntry) and entry.recording else None
         if relayed is not None:  # a small object relayed from its owner, whole in memory (copies.py)
-            counted(outcome)
+            self._counted(entry, outcome, tenant_id)
             data = relayed[first:last + 1] if rng else relayed
             metrics.served_bytes(outcome, bucket, len(data))
             return CachedRead(entry.meta, rng, _once(data), _nothing_to_close, outcome, None, data)
         if outcome != "miss":
             small = self.serving.small_hit(entry, first, last)
             if small is not None:
-                counted(outcome)
+                self._counted(entry, outcome, tenant_id)
                 metrics.served_bytes(outcome, bucket, len(small[0]))
                 return CachedRead(entry.meta, rng, _once(small[0]), _nothing_to_close, outcome, small[1], small[0])
         files = self.serving.segments(entry, first, last) if outcome != "miss" else None
         if files is None and outcome != "miss" and (self.disk_low() or self._beyond_allowance(entry, first, last)):
-            counted("miss")  # blocks to fetch, no room for them (or no allowance): read through
+            self._counted(entry, "miss", tenant_id)  # blocks to fetch, no room for them (or no allowance): read through
             return None
         if files is None:
             # Some block is not local (an object admitted in part, or one still filling): this read
             # waits on the remote, so it is counted a miss, not a hit, whatever part is cached.
             outcome = "miss"
-        counted(outcome)
+        self._counted(entry, outcome, tenant_id)
         if files is not None:
             metrics.served_bytes(outcome, bucket, max(0, last - first + 1))
         stream = self.serving.stream(entry, first, last, outcome, record=files is None, file_ranges=file_ranges)
@@ -225,13 +230,6 @@ class ReadCache(CacheBase):
             return False
         return any(entry.block_length(i) > left and not self.store.has(self.block_file(entry, i), entry.block_length(i))
                    for i in range(first // entry.block_size, last // entry.block_size + 1))
-
-    def _first_block(self, size: int, first_byte: int | None) -> int:
-        """The length of the block a discovery starting at ``first_byte`` fetches first."""
-        index = (first_byte or 0) // self.block_size
-        if index * self.block_size >= size:
-            index = 0
-        return min(self.block_size, size - index * self.block_size)
 
     # ---- warming (staging) --------------------------------------------------------------------
     async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
