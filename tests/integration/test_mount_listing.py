@@ -130,12 +130,17 @@ def test_find_and_grep_over_a_tree_list_it_once(gw: GatewayProcess, mnt: MountPr
     run("find small -type f > /dev/null; grep -r needle small", root)
     expire()
     before = requests(gw)
+    started = time.monotonic()
     assert len(run("find small -type f", root).splitlines()) == 200
     hits = run("grep -rl needle small", root).split()
+    took = time.monotonic() - started
     after = requests(gw)
     assert sorted(hits) == [f"small/{i // 20:02d}/{i:03d}.txt" for i in range(0, 200, 25)]
     # find: the lookup of ``small`` and the tree's one page; grep, within the cache time: nothing more.
-    assert sent(before, after, "ListObjectsV2") <= 2
+    # A loaded runner that takes longer than the cache time lists the tree again once per period
+    # (the lookup and the page again), never per directory (10) or per file (200).
+    periods = max(1, math.ceil(took / CACHE_SECONDS))
+    assert sent(before, after, "ListObjectsV2") <= 2 * periods, f"find and grep took {took:.1f} s"
     assert sent(before, after, "HeadObject") == 0
 
 
