@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, insert, select, text, update
+from sqlalchemy import Connection, Update, bindparam, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -23,6 +23,8 @@ from app.domain.states import CACHE_ALLOWED, CacheState, IllegalTransition, chec
 
 SHARED_NODE = "*"  # tombstones of writes: visible to every node's discoveries
 T = table(CacheEntry)
+# The shared tombstone of a written key, inserted unless there (values given at execution).
+_TOMBSTONE = {"postgresql": pg_insert(T).on_conflict_do_nothing(), "sqlite": sqlite_insert(T).on_conflict_do_nothing()}
 
 
 def meta_to_json(meta: ObjectMeta) -> str:
@@ -78,14 +80,19 @@ def move_entries(conn: Connection, froms: Iterable[CacheState], to: CacheState,
                  *where: Any, **values: Any) -> int:
     """The one writer of a cache entry's state: moves the rows matching ``where`` that are in
     one of ``froms`` to ``to``, each (from, to) checked against ``CACHE_ALLOWED`` first."""
+    return int(conn.execute(prepared_entry_move(froms, to, *where, **values)).rowcount or 0)
+
+
+def prepared_entry_move(froms: Iterable[CacheState], to: CacheState, *where: Any, **values: Any) -> Update:
+    """``move_entries``'s statement built and checked once, for a hot path to run with its own
+    parameters (``bindparam``), as the journal's ``prepared_move``."""
     declared = frozenset(CacheState(f) for f in froms)
     if not declared:
         raise IllegalTransition(f"a move to {to} must declare the states it leaves")
     for current in sorted(declared):
         check_move(CACHE_ALLOWED, current, to)
-    stmt = (update(T).where(T.c.state.in_(sorted(s.value for s in declared)), *where)
+    return (update(T).where(T.c.state.in_(sorted(s.value for s in declared)), *where)
             .values(state=to.value, **values))
-    return int(conn.execute(stmt).rowcount or 0)
 
 
 CACHE_LOCK_SPACE = 0x46657272  # PostgreSQL advisory locks (space, id): apart from the destage's
@@ -107,15 +114,19 @@ def invalidate_key(conn: Connection, bucket: str, key: str) -> None:
     tombstone's time moves to now."""
     lock_key_entries(conn, bucket, key)
     now = time.time()
-    move_entries(conn, CacheState, CacheState.INVALID, T.c.bucket == bucket, T.c.key == key, validated_at=now)
+    conn.execute(_INVALIDATE_KEY, {"e_bucket": bucket, "e_key": key, "e_at": now})
     values = {"node_id": SHARED_NODE, "bucket": bucket, "key": key, "etag": "", "size": 0, "block_size": 1,
               "meta_json": "{}", "tenant_id": None, "state": CacheState.INVALID.value, "pinned": False, "cached_bytes": 0,
               "created_at": now, "validated_at": now, "last_access": now, "hits": 0}
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        conn.execute(pg_insert(T).values(**values).on_conflict_do_nothing())
-    elif dialect == "sqlite":
-        conn.execute(sqlite_insert(T).values(**values).on_conflict_do_nothing())
+    tombstone = _TOMBSTONE.get(conn.dialect.name)
+    if tombstone is not None:
+        conn.execute(tombstone, values)
     elif conn.execute(select(T.c.id).where(T.c.node_id == SHARED_NODE, T.c.bucket == bucket,
                                            T.c.key == key)).first() is None:
         conn.execute(insert(T).values(**values))
+
+
+# Every write's durable commit invalidates its key: the statement is built once (a write's
+# destage spent more CPU building and keying it than running it).
+_INVALIDATE_KEY = prepared_entry_move(CacheState, CacheState.INVALID, T.c.bucket == bindparam("e_bucket"),
+                                      T.c.key == bindparam("e_key"), validated_at=bindparam("e_at"))

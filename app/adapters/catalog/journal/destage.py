@@ -40,6 +40,12 @@ _CLAIM = prepared_move(
     ~exists().where(MultipartUpload.bucket == bindparam("b_bucket"), MultipartUpload.key == bindparam("b_key"),
                     MultipartUpload.remote_opener.is_not(None), MultipartUpload.remote_opener_until >= bindparam("b_now")),
     generation=ObjectVersion.generation + 1, lease_until=bindparam("b_until"), attempts=ObjectVersion.attempts + 1)
+# Every destage ends in this commit (``mark_durable``), the small write's too.
+_DURABLE = prepared_move(
+    [VersionState.DESTAGING], VersionState.DURABLE,
+    ObjectVersion.seq == bindparam("b_seq"), ObjectVersion.generation == bindparam("b_generation"),
+    generation=ObjectVersion.generation + 1, remote_etag=bindparam("b_etag"), remote_version_id=bindparam("b_version"),
+    durable_at=bindparam("b_at"), last_error=None, lease_until=0.0)
 _HAS_NEWER = select(ObjectVersion.seq).where(ObjectVersion.bucket == bindparam("bucket"),
                                              ObjectVersion.key == bindparam("key"),
                                              ObjectVersion.seq > bindparam("seq")).limit(1)
@@ -115,15 +121,17 @@ class DestageMoves:
         older one) never records it (CacheIndex.put_ready). ``relaxed``: only if no blob file is dropped.
         ``route``: where the upload went; raises ``RouteMoved`` (nothing committed) if the bucket maps
         elsewhere now (``remotes.check_route``, before the cache locks, in a remap's lock order)."""
-        def then(conn: Connection) -> None:
+        with (self.bookkeeping if relaxed else self.sessions).begin() as s:
+            conn = s.connection()
+            moved = conn.execute(_DURABLE, {"b_seq": row.seq, "b_generation": row.generation, "b_etag": remote_etag,
+                                            "b_version": remote_version, "b_at": datetime.now(UTC)}).rowcount
+            if moved != 1:
+                return False
             if route is not None:
                 check_route(conn, row.bucket, route)
             if invalidate_cache:
                 invalidate_key(conn, row.bucket, row.key)
-
-        return self.move(row, VersionState.DURABLE, expected=VersionState.DESTAGING, then=then, relaxed=relaxed,
-                         remote_etag=remote_etag, remote_version_id=remote_version, durable_at=datetime.now(UTC),
-                         last_error=None, lease_until=0.0)
+            return True
 
     def make_due(self, seq: int) -> bool:
         """A buffered row's next attempt is now (the repair after a lost destage)."""

@@ -31,6 +31,7 @@ from app.domain.versions import BlobRef, VersionRow
 __all__ = ["BlobRef", "Journal", "VersionRow"]  # the records its rows become, for its callers
 
 DIRTY_VALUES = tuple(s.value for s in DIRTY)
+_INLINE_BODY = select(ObjectVersion.inline_body).where(ObjectVersion.seq == bindparam("seq"))  # once per small destage
 
 
 class Journal(DestageMoves):
@@ -81,7 +82,7 @@ class Journal(DestageMoves):
     def inline_body(self, seq: int) -> bytes | None:
         """The body kept in row ``seq`` (``INLINE_BLOB``); None once the row is final or gone."""
         with self.engine.connect() as conn:
-            return conn.scalar(select(ObjectVersion.inline_body).where(ObjectVersion.seq == seq))
+            return conn.scalar(_INLINE_BODY, {"seq": seq})
 
     def latest_dirty(self, bucket: str, key: str) -> VersionRow | None:
         """The newest row for the key if it is not yet durable (read-your-writes), else None.
