@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, bindparam, exists, select, text, update
+from sqlalchemy import Engine, and_, bindparam, exists, select, text, update
 from sqlalchemy.orm import aliased
 
 from app.adapters.catalog.cache.entry_rows import invalidate_key
@@ -19,8 +19,8 @@ from app.adapters.catalog.control.remotes import check_route
 from app.adapters.catalog.engine import Sessions, affected
 from app.adapters.catalog.journal.moves import move_rows, prepared_move
 from app.adapters.catalog.journal.rows import version_row
-from app.adapters.catalog.tables import MultipartUpload, ObjectVersion
-from app.adapters.catalog.uploads.remote_opening import key_lock_id
+from app.adapters.catalog.tables import ObjectVersion
+from app.adapters.catalog.uploads.remote_opening import key_lock_id, opener_of_key
 from app.domain.routing import RouteStamp
 from app.domain.states import VersionState
 from app.domain.versions import VersionRow
@@ -37,8 +37,7 @@ _CLAIM = prepared_move(
     ObjectVersion.seq == bindparam("b_seq"), ObjectVersion.generation == bindparam("b_generation"),
     ~exists().where(_OTHER.bucket == bindparam("b_bucket"), _OTHER.key == bindparam("b_key"), _OTHER.seq != bindparam("b_seq"),
                     _OTHER.state == VersionState.DESTAGING.value, _OTHER.lease_until > bindparam("b_since")),
-    ~exists().where(MultipartUpload.bucket == bindparam("b_bucket"), MultipartUpload.key == bindparam("b_key"),
-                    MultipartUpload.remote_opener.is_not(None), MultipartUpload.remote_opener_until >= bindparam("b_now")),
+    ~opener_of_key(bindparam("b_bucket"), bindparam("b_key"), bindparam("b_now")),
     generation=ObjectVersion.generation + 1, lease_until=bindparam("b_until"), attempts=ObjectVersion.attempts + 1)
 # Every destage ends in this commit (``mark_durable``), the small write's too.
 _DURABLE = prepared_move(
@@ -151,20 +150,15 @@ class DestageMoves:
                          next_attempt_at=retry_at, lease_until=0.0, relaxed=True)
 
     def move(self, row: VersionRow, target: VersionState, *, expected: VersionState | None = None,
-             then: Callable[[Connection], None] | None = None, relaxed: bool = False, **values: Any) -> bool:
+             relaxed: bool = False, **values: Any) -> bool:
         """Compare-and-swap ``expected`` (default: ``row.state`` as read) -> ``target`` on (state,
-        generation), checked against the state table (an illegal move raises); ``then`` runs in
-        the same commit if it won. ``relaxed``: a bookkeeping commit (see ``__init__``)."""
+        generation), checked against the state table (an illegal move raises). ``relaxed``: a
+        bookkeeping commit (see ``__init__``)."""
         current = row.state if expected is None else expected
         with (self.bookkeeping if relaxed else self.sessions).begin() as s:
-            moved = move_rows(s.connection(), [current], target, ObjectVersion.seq == row.seq,
-                              ObjectVersion.generation == row.generation,
-                              generation=ObjectVersion.generation + 1, **values)
-            if moved != 1:
-                return False
-            if then is not None:
-                then(s.connection())
-            return True
+            return move_rows(s.connection(), [current], target, ObjectVersion.seq == row.seq,
+                             ObjectVersion.generation == row.generation,
+                             generation=ObjectVersion.generation + 1, **values) == 1
 
     def release_expired_leases(self, now: float | None = None) -> int:
         """DESTAGING rows whose worker died (lease ran out) go back to BUFFERED, once the takeover

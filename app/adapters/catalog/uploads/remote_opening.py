@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Engine, exists, select, text, update
+from sqlalchemy import BindParameter, ColumnElement, Engine, exists, select, text, update
 
 from app.adapters.catalog.engine import writer
 from app.adapters.catalog.tables import MultipartUpload, ObjectVersion
@@ -43,8 +43,10 @@ def key_lock_id(bucket: str, key: str) -> int:
     return zlib.crc32(f"{bucket}/{key}".encode("utf-8", "surrogatepass")) - 2**31
 
 
-def opener_of_key(bucket: str, key: str, now: float) -> ColumnElement[bool]:
-    """True while an eager copy holds the opening of a remote upload of this key."""
+def opener_of_key(bucket: str | BindParameter[Any], key: str | BindParameter[Any],
+                  now: float | BindParameter[Any]) -> ColumnElement[bool]:
+    """True while an eager copy holds the opening of a remote upload of this key (values, or
+    parameters of a statement built once: the destage claim's)."""
     u = MultipartUpload
     return exists().where(u.bucket == bucket, u.key == key, u.remote_opener.is_not(None),
                           u.remote_opener_until >= now)
