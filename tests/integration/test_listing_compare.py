@@ -216,9 +216,9 @@ def check_all(s3: Any, bucket: str, root: str, view: dict[str, bytes], rng: rand
                         entries(view, prefix, delimiter, after), max_keys, f"v2 start-after={after!r} {label}")
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_listing_is_the_remote_merged_with_the_journal(lgw: GatewayProcess, proxy: CountingProxy, seaweed: Any,
-                                                       seed: int) -> None:
+def merged_listing_holds(lgw: GatewayProcess, proxy: CountingProxy, seaweed: Any, seed: int) -> None:
+    """One generated case: flushed, buffered while the remote refuses writes, then drained; every
+    listing compared with the direct listing merged with the journal at each step."""
     rng = random.Random(seed)
     s3 = lgw.client()
     bucket = f"lc-{uuid.uuid4().hex[:10]}"
@@ -255,6 +255,14 @@ def test_listing_is_the_remote_merged_with_the_journal(lgw: GatewayProcess, prox
     lgw.flush(bucket)
     assert direct_keys(seaweed, bucket, root) == set(view)
     check_all(s3, bucket, root, view, rng, "drained")
+
+
+# Seeds 3 and 4 run in test_listing_compare_more.py: a seed takes 3-4 minutes, and CI hands each
+# file to one worker, so the four in one file were the parallel pass's longest stretch.
+@pytest.mark.parametrize("seed", [1, 2])
+def test_listing_is_the_remote_merged_with_the_journal(lgw: GatewayProcess, proxy: CountingProxy, seaweed: Any,
+                                                       seed: int) -> None:
+    merged_listing_holds(lgw, proxy, seaweed, seed)
 
 
 def test_a_directory_across_remote_pages(lgw: GatewayProcess, proxy: CountingProxy, seaweed: Any) -> None:
