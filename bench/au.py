@@ -187,6 +187,10 @@ class Rows:
         readers = [make(endpoint, access, secret, self.bucket, self.shape) for endpoint in endpoints]
         return epoch(order(self.keys, self.shape, seed), readers, self.shape, self.compute)
 
+    def prefix_rule(self) -> str:
+        """``FERRY_POLICIES`` with one ``prefetch: prefix`` rule over this shape's objects."""
+        return json.dumps([{"bucket": self.bucket, "prefix": f"{self.prefix}{self.shape.name}/", "prefetch": "prefix"}])
+
     def gateway(self, **env: str) -> GatewayProcess:
         return GatewayProcess(self.remote, Path(tempfile.mkdtemp(dir=self.workdir)), env=env)
 
@@ -226,8 +230,7 @@ class Rows:
         with self.gateway() as gw:
             for n, name in enumerate(("ferry epoch 1 (cold)", "ferry epoch 2", "ferry epoch 3")):
                 out[name] = self.through(gw, seed + n)
-        rule = [{"bucket": self.bucket, "prefix": f"{self.prefix}{self.shape.name}/", "prefetch": "prefix"}]
-        with self.gateway(FERRY_POLICIES=json.dumps(rule)) as gw:
+        with self.gateway(FERRY_POLICIES=self.prefix_rule()) as gw:
             out["ferry epoch 1, prefetch: prefix"] = self.through(gw, seed)
         with self.gateway() as gw:
             stage(gw, self.bucket, f"{self.prefix}{self.shape.name}/")

@@ -49,7 +49,6 @@ def main(argv: list[str] | None = None) -> None:
         for key, body in data.items():
             s3.put_object(Bucket=bucket, Key=key, Body=body)
         compute = calibrate(shape, sorted(data), workdir / "local")
-        rule = json.dumps([{"bucket": bucket, "prefix": f"{PREFIX}{shape.name}/", "prefetch": "prefix"}])
         for link in args.links.split(","):
             print(f"\n{link}: {region.shape(LINKS[link])}", flush=True)
             rows = Rows(region.remote or remote, bucket, shape, sorted(data), PREFIX, compute, workdir,
@@ -59,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
                 results["direct"].append(rows.run_epoch([rows.remote.endpoint], rows.remote.access_key,
                                                         rows.remote.secret_key, run * 10))
                 for variant in variants:
-                    with rows.gateway(FERRY_POLICIES=rule, **variant) as gw:
+                    with rows.gateway(FERRY_POLICIES=rows.prefix_rule(), **variant) as gw:
                         results.setdefault(json.dumps(variant), []).append(rows.through(gw, run * 10))
                 for name, got in results.items():
                     last = got[-1]

@@ -21,19 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.config import Config
-
 from bench.proc_cpu import CpuMeter
-from tests.support.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
+from tests.support.gateway import GatewayProcess
 from tests.support.seaweed import SeaweedServer
 
 THREADS = 8
-
-
-def client(endpoint: str, access: str, secret: str) -> Any:
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=access, aws_secret_access_key=secret,
-                        region_name="us-east-1", config=Config(max_pool_connections=16))
 
 
 def read_all(s3: Any, bucket: str, keys: list[str]) -> None:
@@ -45,11 +37,11 @@ def one_run(seaweed: SeaweedServer, bucket: str, keys: list[str]) -> dict[str, f
     """A fresh gateway: one pass of misses, one of hits (a first read outside both warms it up)."""
     with GatewayProcess(seaweed, Path(tempfile.mkdtemp(prefix="ferry-miss-")),
                         env={"FERRY_CACHE_TTL_SECONDS": "604800"}) as gw:
-        s3 = client(gw.endpoint, ACCESS_KEY, SECRET_KEY)
+        assert gw.proc is not None
+        s3 = gw.client(max_pool_connections=16)
         read_all(s3, bucket, keys[:1])
         out: dict[str, float] = {}
         for kind in ("miss", "hit"):
-            assert gw.proc is not None
             meter, started = CpuMeter([gw.proc.pid]), time.perf_counter()
             read_all(s3, bucket, keys[1:])
             out[f"{kind}_wall_s"] = time.perf_counter() - started
@@ -64,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     with SeaweedServer() as seaweed:
-        remote = client(seaweed.endpoint, seaweed.access_key, seaweed.secret_key)
+        remote = seaweed.client(max_pool_connections=16)
         bucket = f"miss-{uuid.uuid4().hex[:8]}"
         remote.create_bucket(Bucket=bucket)
         body = os.urandom(args.size_kib * 1024)
