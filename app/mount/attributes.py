@@ -7,8 +7,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-import pyfuse3
-
+from app.mount import protocol as fuse
 from app.mount.objects import FileStat
 
 BLOCK = 1024 * 1024
@@ -24,9 +23,9 @@ class Attributes:
     gid: int = field(default_factory=os.getgid)
     started_ns: int = field(default_factory=time.time_ns)
 
-    def of(self, inode: int, found: FileStat | None, size: int | None = None) -> pyfuse3.EntryAttributes:
+    def of(self, inode: int, found: FileStat | None, size: int | None = None) -> fuse.EntryAttributes:
         """A file's (``found`` or a size given) or, with neither, a directory's attributes."""
-        a = pyfuse3.EntryAttributes()
+        a = fuse.EntryAttributes()
         a.st_ino = inode
         a.entry_timeout = a.attr_timeout = self.cache_seconds
         a.st_uid, a.st_gid = self.uid, self.gid
@@ -48,9 +47,9 @@ class Attributes:
         return a
 
 
-def statfs() -> pyfuse3.StatvfsData:
+def statfs() -> fuse.StatvfsData:
     """A bucket has no capacity to report: large, so ``df`` and space checks never refuse."""
-    s = pyfuse3.StatvfsData()
+    s = fuse.StatvfsData()
     s.f_bsize = s.f_frsize = BLOCK
     s.f_blocks = s.f_bfree = s.f_bavail = 1 << 30
     s.f_files = s.f_ffree = s.f_favail = 1 << 30

@@ -1,6 +1,6 @@
 """How the mount answers failures: always an errno, never an exception that ends the mount.
 
-pyfuse3 stops the whole filesystem on any exception that is not a ``FUSEError``, so every
+An exception that is not a ``FUSEError`` would answer EIO with a logged traceback, so every
 operation is wrapped (``guard``) and every call into the gateway maps its error (``answer``).
 """
 
@@ -12,18 +12,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pyfuse3
-
+from app.mount import protocol as fuse
 from app.mount.objects import ObjectError
 
 log = logging.getLogger("ferry.mount")
 
 
-def fail(code: int) -> pyfuse3.FUSEError:
-    return pyfuse3.FUSEError(code)
+def fail(code: int) -> fuse.FUSEError:
+    return fuse.FUSEError(code)
 
 
-def answer(exc: Exception, what: str) -> pyfuse3.FUSEError:
+def answer(exc: Exception, what: str) -> fuse.FUSEError:
     """The errno a failed gateway call gives its caller (a changed object mid-read: ESTALE)."""
     if isinstance(exc, ObjectError):
         if exc.code == "Stale":
@@ -43,7 +42,7 @@ def guard(op: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def guarded(*args: Any) -> Any:
         try:
             return await op(*args)
-        except pyfuse3.FUSEError:
+        except fuse.FUSEError:
             raise
         except Exception as exc:
             raise answer(exc, op.__name__) from exc

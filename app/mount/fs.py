@@ -1,4 +1,4 @@
-"""``ferry mount``'s filesystem: FUSE operations (pyfuse3) over the gateway's S3 view.
+"""``ferry mount``'s filesystem: FUSE operations (``session.py`` calls them) over the gateway's S3 view.
 
 What each call means (docs/posix.md has the table):
 - a file is an object; a directory is a key prefix (``mkdir`` writes a folder marker);
@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pyfuse3
 import trio
 
+from app.mount import protocol as fuse
 from app.mount import streaming
 from app.mount.attributes import Attributes, statfs
 from app.mount.errors import answer, fail, guard
@@ -39,13 +39,11 @@ OPERATIONS = ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir"
               "create", "read", "write", "flush", "fsync", "release", "unlink", "rename", "statfs")
 
 
-class FerryFS(pyfuse3.Operations):
-    supports_dot_lookup = False
-    enable_writeback_cache = False
+class FerryFS:
+    direct_reads = False  # files opened for reading answer with direct I/O (set at INIT: session.py)
 
     def __init__(self, objects: GatewayObjects, staging: Path, *, bucket: str | None = None,
                  read_only: bool = False, cache_seconds: float = 1.0) -> None:
-        super().__init__()
         self.objects = objects
         self.staging = staging
         self.read_only = read_only
@@ -70,10 +68,10 @@ class FerryFS(pyfuse3.Operations):
             raise answer(exc, getattr(fn, "__name__", repr(fn))) from exc
 
     # ---- attributes ----------------------------------------------------------------------------
-    def _attrs(self, where: Where, found: FileStat | None, size: int | None = None) -> pyfuse3.EntryAttributes:
+    def _attrs(self, where: Where, found: FileStat | None, size: int | None = None) -> fuse.EntryAttributes:
         return self.attributes.of(self.inodes.number(where), found, size)
 
-    async def _resolve(self, where: Where) -> pyfuse3.EntryAttributes:
+    async def _resolve(self, where: Where) -> fuse.EntryAttributes:
         """Attributes of a file ``where`` names, or of the directory of the same name."""
         writer = self._writers.get(where)
         if writer is not None:
@@ -89,7 +87,7 @@ class FerryFS(pyfuse3.Operations):
             raise fail(errno.ENOENT)
         try:
             is_prefix = await self.meta.shared(self.objects.has_under, bucket, f"{key}/")
-        except pyfuse3.FUSEError as exc:
+        except fuse.FUSEError as exc:
             # A listing is the remote's: while it is out, a file the gateway knows (buffered on any
             # node) still resolves by its HEAD.
             if exc.errno != errno.EAGAIN or await self.meta.file_stat(where) is None:
@@ -115,7 +113,7 @@ class FerryFS(pyfuse3.Operations):
             raise fail(errno.ENOENT)
         return text
 
-    async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> pyfuse3.EntryAttributes:
+    async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> fuse.EntryAttributes:
         parent = self._where(parent_inode)
         text = self._name(name)
         if parent == ROOT:
@@ -126,7 +124,7 @@ class FerryFS(pyfuse3.Operations):
             return self._attrs((text, ""), None)
         return await self._resolve(child(parent, text, directory=False))
 
-    async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
+    async def getattr(self, inode: int, ctx: Any = None) -> fuse.EntryAttributes:
         where = self._where(inode)
         if is_dir(where):
             return self._attrs(where, None)
@@ -138,7 +136,7 @@ class FerryFS(pyfuse3.Operations):
             raise fail(errno.ENOENT)
         return self._attrs(where, found)
 
-    async def setattr(self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any) -> pyfuse3.EntryAttributes:
+    async def setattr(self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any) -> fuse.EntryAttributes:
         """Size: a file being written is truncated; a closed one only to 0 (rewritten empty).
         Mode, owner and times are accepted and not kept (objects have none): ``cp -p``,
         ``rsync -a`` and ``tar`` work."""
@@ -187,13 +185,13 @@ class FerryFS(pyfuse3.Operations):
                 writer = self._writers.get(where)
                 found = self.meta.known(where)
                 attrs = self._attrs(where, found, size=writer[0].size if writer else None)
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), attrs, index + 1):
+            if not fuse.readdir_reply(token, os.fsencode(name), attrs, index + 1):
                 return
 
     async def releasedir(self, fh: int) -> None:
         self._dirs.pop(fh, None)
 
-    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> pyfuse3.EntryAttributes:
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> fuse.EntryAttributes:
         parent = self._where(parent_inode)
         if self.read_only:
             raise fail(errno.EROFS)
@@ -218,7 +216,7 @@ class FerryFS(pyfuse3.Operations):
         self.inodes.drop((bucket, prefix))
 
     # ---- files ---------------------------------------------------------------------------------
-    async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
+    async def open(self, inode: int, flags: int, ctx: Any) -> fuse.FileInfo:
         where = self._where(inode)
         if is_dir(where):
             raise fail(errno.EISDIR)
@@ -240,7 +238,10 @@ class FerryFS(pyfuse3.Operations):
         version = handle.stat.etag if isinstance(handle, ReadHandle) else None
         keep = version is not None and self._versions.get(inode) == version
         self._versions[inode] = version
-        return pyfuse3.FileInfo(fh=fh, keep_cache=keep)
+        # Direct I/O: a read is answered straight into the reader's buffer (one copy, no page-cache
+        # pages to fill and free); mmap still works, through the page cache (FUSE_DIRECT_IO_ALLOW_MMAP).
+        direct = self.direct_reads and isinstance(handle, ReadHandle)
+        return fuse.FileInfo(fh=fh, keep_cache=keep, direct_io=direct)
 
     async def _open_writer(self, where: Where, flags: int) -> WriteHandle:
         if self.read_only:
@@ -264,7 +265,7 @@ class FerryFS(pyfuse3.Operations):
         return handle
 
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
-                     ctx: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+                     ctx: Any) -> tuple[fuse.FileInfo, fuse.EntryAttributes]:
         parent = self._where(parent_inode)
         if self.read_only:
             raise fail(errno.EROFS)
@@ -276,7 +277,7 @@ class FerryFS(pyfuse3.Operations):
         fh = next(self._handles)
         self._open[fh] = handle
         self.meta.forget(parent)
-        return pyfuse3.FileInfo(fh=fh), self._attrs(where, None, size=handle.size)
+        return fuse.FileInfo(fh=fh), self._attrs(where, None, size=handle.size)
 
     def _handle(self, fh: int) -> ReadHandle | WriteHandle:
         handle = self._open.get(fh)
@@ -288,7 +289,23 @@ class FerryFS(pyfuse3.Operations):
         handle = self._handle(fh)
         if isinstance(handle, WriteHandle):
             return handle.read(off, size)
-        return await handle.read(off, size)
+        try:
+            return await handle.read(off, size)
+        except Exception as exc:
+            failed = answer(exc, "read")
+            if failed.errno != errno.ESTALE or handle.served:
+                raise failed from exc
+        # Replaced before its first byte was read (the open saw a listing up to cache_seconds
+        # old): open it again at the new version, as an open a moment later would have. Once a
+        # byte is served, ESTALE stands: never a mix of two versions.
+        where = (handle.bucket, handle.key)
+        self.meta.changed(where)
+        found = await self.meta.file_stat(where)
+        if found is None:
+            raise fail(errno.ENOENT)
+        fresh = ReadHandle(self.objects, *where, found, self.spawn, self.limiter)
+        self._open[fh] = fresh
+        return await fresh.read(off, size)
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         handle = self._handle(fh)
@@ -379,13 +396,13 @@ class FerryFS(pyfuse3.Operations):
         found = self.inodes.where(attrs.st_ino)
         return found if found is not None else where
 
-    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> fuse.EntryAttributes:
         raise fail(errno.EPERM)  # an object has one name
 
-    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> fuse.EntryAttributes:
         raise fail(errno.EPERM)  # S3 has no links
 
-    async def statfs(self, ctx: Any) -> pyfuse3.StatvfsData:
+    async def statfs(self, ctx: Any) -> fuse.StatvfsData:
         return statfs()
 
 

@@ -36,9 +36,10 @@ class ReadHandle:
     _loading: dict[int, trio.Event] = field(default_factory=dict)
     _errors: dict[int, OSError] = field(default_factory=dict)
     _last: int = -1
+    served: bool = False  # a byte of this version was read: a newer one is ESTALE from then on
 
     async def read(self, offset: int, size: int) -> bytes | memoryview:
-        """The bytes at ``offset``; within one chunk, a view of it (pyfuse3 replies from any
+        """The bytes at ``offset``; within one chunk, a view of it (the session replies from any
         buffer: no copy of each read in Python; the chunk stays alive while the view does)."""
         if offset >= self.stat.size or size <= 0:
             return b""
@@ -57,6 +58,7 @@ class ReadHandle:
             joined = b"".join([await self._chunk(i) for i in range(first, last + 1)])
             data = joined[start:start + (end - offset)]
         self._trim(first)
+        self.served = True
         return data
 
     def _count(self) -> int:

@@ -4,7 +4,7 @@ of this machine: the mount turns them into names the kernel shows, nothing else.
 
 from __future__ import annotations
 
-import pyfuse3
+from app.mount import protocol as fuse
 
 Where = tuple[str, str]
 ROOT: Where = ("", "")
@@ -35,9 +35,9 @@ class Inodes:
     hold an old one); a renamed file keeps its number under its new path."""
 
     def __init__(self) -> None:
-        self._paths: dict[int, Where] = {pyfuse3.ROOT_INODE: ROOT}
-        self._numbers: dict[Where, int] = {ROOT: pyfuse3.ROOT_INODE}
-        self._next = pyfuse3.ROOT_INODE + 1
+        self._paths: dict[int, Where] = {fuse.ROOT_INODE: ROOT}
+        self._numbers: dict[Where, int] = {ROOT: fuse.ROOT_INODE}
+        self._next = fuse.ROOT_INODE + 1
 
     def number(self, where: Where) -> int:
         found = self._numbers.get(where)

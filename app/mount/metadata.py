@@ -14,9 +14,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pyfuse3
 import trio
 
+from app.mount import protocol as fuse
 from app.mount.inodes import ROOT, Where, child, parent_of
 from app.mount.listing import Lister
 from app.mount.objects import FileStat, GatewayObjects, Listing
@@ -81,7 +81,7 @@ class Metadata:
             return cached.dirs
         try:
             names: list[str] = await self.shared(self.objects.buckets)
-        except (OSError, pyfuse3.FUSEError) as exc:
+        except (OSError, fuse.FUSEError) as exc:
             # The remote is out (ListBuckets is the remote's): the buckets seen last still resolve,
             # so files buffered in them by any node stay readable; a new bucket waits for the remote.
             # (``call`` answers a gateway error as the FUSEError the kernel gets, errno and all.)
@@ -140,7 +140,7 @@ class Metadata:
             return None
         try:
             return await self.listing(where)
-        except pyfuse3.FUSEError as exc:
+        except fuse.FUSEError as exc:
             if exc.errno != errno.EAGAIN:
                 raise
             return None

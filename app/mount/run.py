@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyfuse3
 import trio
 
+from app.mount import session
 from app.mount.fs import FerryFS
 from app.mount.objects import GatewayObjects
 from app.server.local_reads import socket_path
@@ -37,6 +37,7 @@ class MountSettings:
     staging_root: Path | None = None
     allow_other: bool = False
     local_socket: Path | None = None  # the gateway's local read socket, when on its node
+    direct_reads: bool = True  # reads of files opened for reading as direct I/O (FERRY_MOUNT_DIRECT_READS)
 
     @classmethod
     def from_env(cls, **given: Any) -> MountSettings:
@@ -55,7 +56,9 @@ class MountSettings:
         staging = env.get("FERRY_MOUNT_STAGING")
         return cls(url=url, access_key=access, secret_key=secret,
                    region=env.get("AWS_REGION") or env.get("FERRY_REGION") or "us-east-1",
-                   staging_root=Path(staging) if staging else None, local_socket=local_socket(env), **given)
+                   staging_root=Path(staging) if staging else None, local_socket=local_socket(env),
+                   direct_reads=env.get("FERRY_MOUNT_DIRECT_READS", "on").lower() not in ("off", "0", "no", "false"),
+                   **given)
 
 
 def local_socket(env: Any) -> Path | None:
@@ -67,12 +70,12 @@ def local_socket(env: Any) -> Path | None:
     return path if path.exists() else None
 
 
-def options(settings: MountSettings) -> set[str]:
-    opts = set(pyfuse3.default_options) | {"fsname=ferry", "subtype=ferry"}
-    if settings.read_only:
-        opts.add("ro")
+def options(settings: MountSettings) -> list[str]:
+    """fusermount3's options: the kernel checks permissions from the modes the mount reports."""
+    opts = ["ro" if settings.read_only else "rw", "nosuid", "nodev", "fsname=ferry", "subtype=ferry",
+            "default_permissions"]
     if settings.allow_other:
-        opts.add("allow_other")
+        opts.append("allow_other")
     return opts
 
 
@@ -86,12 +89,17 @@ def mount(mountpoint: Path, settings: MountSettings) -> None:
     staging = Path(tempfile.mkdtemp(prefix="ferry-mount-", dir=settings.staging_root))
     fs = FerryFS(objects, staging, bucket=settings.bucket, read_only=settings.read_only,
                  cache_seconds=settings.cache_seconds)
-    pyfuse3.init(fs, str(mountpoint), options(settings))
+    try:
+        fd = session.mount(mountpoint, options(settings))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     _widen_readahead(mountpoint)
     try:
-        trio.run(_serve, fs)
+        trio.run(_serve, fs, session.Session(fs, fd, direct_reads=settings.direct_reads), mountpoint)
     finally:
-        pyfuse3.close(unmount=True)
+        session.unmount(mountpoint)
+        session.close(fd)
         shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -111,16 +119,19 @@ def _widen_readahead(mountpoint: Path) -> None:
         log.info("ferry mount: read-ahead left at the kernel's default (%s)", exc)
 
 
-async def _serve(fs: FerryFS) -> None:
+async def _serve(fs: FerryFS, served: session.Session, mountpoint: Path) -> None:
     async with trio.open_nursery() as nursery:
         fs.spawn = nursery.start_soon
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async def stop_on_signal() -> None:
                 async for signum in signals:
                     log.info("ferry mount: signal %s, unmounting", signum)
-                    pyfuse3.terminate()
+                    # Detached first, so no new request comes; then the loop ends and the finally
+                    # closes /dev/fuse, which aborts what a process still in the mount waits for.
+                    await trio.to_thread.run_sync(session.unmount, mountpoint)
+                    nursery.cancel_scope.cancel()
                     return
 
             nursery.start_soon(stop_on_signal)
-            await pyfuse3.main()
+            await served.serve()
             nursery.cancel_scope.cancel()

@@ -1,6 +1,6 @@
 """A real ``ferry mount`` process for tests: started on a fresh directory, waited for, unmounted.
 
-Mount tests need /dev/fuse, fusermount3 and pyfuse3 (the [mount] extra). Without them they skip,
+Mount tests need /dev/fuse, fusermount3 and trio (the [mount] extra). Without them they skip,
 or fail where FERRY_REQUIRE_FUSE=1 (CI) or FERRY_REQUIRE_SERVICES=1 says they must run.
 """
 
@@ -26,8 +26,8 @@ def fuse_problem() -> str | None:
         return "no /dev/fuse"
     if shutil.which("fusermount3") is None:
         return "no fusermount3 (Debian: fuse3)"
-    if importlib.util.find_spec("pyfuse3") is None:
-        return "pyfuse3 is not installed (the [mount] extra; needs libfuse3-dev)"
+    if importlib.util.find_spec("trio") is None:
+        return "trio is not installed (the [mount] extra)"
     return None
 
 

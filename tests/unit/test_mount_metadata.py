@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-pyfuse3 = pytest.importorskip("pyfuse3")
 trio = pytest.importorskip("trio")
 
+from app.mount import protocol as fuse  # noqa: E402
 from app.mount.inodes import ROOT  # noqa: E402
 from app.mount.metadata import Metadata  # noqa: E402
 
@@ -33,14 +33,14 @@ async def _call(fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except OSError as exc:
-        raise pyfuse3.FUSEError(exc.errno or errno.EIO) from exc
+        raise fuse.FUSEError(exc.errno or errno.EIO) from exc
 
 
 def _metadata(gateway: _Gateway) -> Metadata:
     return Metadata(gateway, _call, cache_seconds=0.0, only_bucket=None)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("failure", [pyfuse3.FUSEError(errno.EAGAIN), OSError(errno.EAGAIN, "SlowDown")])
+@pytest.mark.parametrize("failure", [fuse.FUSEError(errno.EAGAIN), OSError(errno.EAGAIN, "SlowDown")])
 def test_an_unavailable_remote_answers_the_buckets_seen_last(failure: BaseException) -> None:
     gateway = _Gateway()
     meta = _metadata(gateway)
@@ -52,7 +52,7 @@ def test_an_unavailable_remote_answers_the_buckets_seen_last(failure: BaseExcept
 def test_an_unavailable_remote_with_no_buckets_seen_fails() -> None:
     gateway = _Gateway()
     gateway.answers = [OSError(errno.EAGAIN, "SlowDown")]
-    with pytest.raises(pyfuse3.FUSEError) as caught:
+    with pytest.raises(fuse.FUSEError) as caught:
         trio.run(_metadata(gateway).buckets)
     assert caught.value.errno == errno.EAGAIN
 
@@ -62,7 +62,7 @@ def test_a_denied_listing_is_not_answered_from_the_last_one() -> None:
     meta = _metadata(gateway)
     trio.run(meta.buckets)
     gateway.answers.append(OSError(errno.EACCES, "AccessDenied"))
-    with pytest.raises(pyfuse3.FUSEError) as caught:
+    with pytest.raises(fuse.FUSEError) as caught:
         trio.run(meta.buckets)
     assert caught.value.errno == errno.EACCES
     assert ROOT in meta._listings  # kept for the next outage
@@ -95,7 +95,7 @@ def test_concurrent_identical_requests_share_one_answer() -> None:
 def test_a_shared_failure_reaches_every_waiter() -> None:
     async def failing(fn: Any, *args: Any) -> Any:
         await trio.sleep(0.05)
-        raise pyfuse3.FUSEError(errno.EACCES)
+        raise fuse.FUSEError(errno.EACCES)
 
     meta = Metadata(_Gateway(), failing, cache_seconds=0.0, only_bucket=None)  # type: ignore[arg-type]
     failed: list[int] = []
@@ -104,7 +104,7 @@ def test_a_shared_failure_reaches_every_waiter() -> None:
         async def one() -> None:
             try:
                 await meta.shared(meta.objects.buckets)
-            except pyfuse3.FUSEError as exc:
+            except fuse.FUSEError as exc:
                 failed.append(exc.errno)
 
         async with trio.open_nursery() as nursery:
