@@ -32,7 +32,7 @@ class ReadHandle:
     stat: FileStat
     spawn: Callable[..., None]  # start a background task (the filesystem's nursery)
     limiter: trio.CapacityLimiter
-    _chunks: dict[int, bytearray] = field(default_factory=dict)
+    _chunks: dict[int, bytearray | memoryview] = field(default_factory=dict)
     _loading: dict[int, trio.Event] = field(default_factory=dict)
     _errors: dict[int, OSError] = field(default_factory=dict)
     _last: int = -1
@@ -83,7 +83,7 @@ class ReadHandle:
             del self._loading[index]
             done.set()
 
-    async def _chunk(self, index: int) -> bytearray:
+    async def _chunk(self, index: int) -> bytearray | memoryview:
         while index not in self._chunks:
             if (error := self._errors.pop(index, None)) is not None:
                 raise error

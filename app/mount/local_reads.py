@@ -1,8 +1,8 @@
 """The mount's side of the gateway's local read socket (``app/server/local_reads.py``).
 
 A ranged GET goes over the Unix socket as the same presigned request; a cached range comes back
-as descriptors of the gateway's cache blocks, which are read here with ``preadv`` straight into
-the chunk's buffer (no TCP, one copy). Anything else comes back as bytes. Connections are kept
+as descriptors of the gateway's cache blocks, which are mapped here read-only (no TCP, no copy:
+FUSE's reply copies the pages straight to the reader). Anything else comes back as bytes. Connections are kept
 in a small pool, one exchange at a time each. Any failure of the socket itself (the gateway
 restarting, an older gateway without it) is the caller's cue to use HTTP.
 """
@@ -10,6 +10,7 @@ restarting, an older gateway without it) is the caller's cue to use HTTP.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import queue
 import socket
@@ -28,9 +29,13 @@ class LocalReads:
         self.path = path
         self._idle: queue.LifoQueue[socket.socket] = queue.LifoQueue(maxsize=connections)
 
-    def get(self, url: str, headers: dict[str, str], into: bytearray) -> tuple[int, dict[str, str], int, bytes]:
-        """(status, headers, bytes read into ``into``, other body bytes). ``into`` receives the
-        body of a 2xx answer (at most its length); an error's body is returned as bytes."""
+    def get_mapped(self, url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], memoryview | None, bytes]:
+        """(status, headers, the body as a read-only map of the one cache block that holds it or
+        None, other body bytes). A map is no copy at all: the kernel copies the block's pages
+        straight into the reader's buffer when FUSE is answered from it. A block file is never
+        changed in place (a new version is a new block; an evicted one is renamed, then unlinked,
+        and the map keeps its pages), so the view stays valid while it lives. An answer in several
+        pieces, or as bytes, comes back as bytes (None for the map)."""
         split = urlsplit(url)
         request = {"path": split.path, "query": split.query, "headers": {"host": split.netloc, **headers}}
         sock = self._connection()
@@ -41,14 +46,15 @@ class LocalReads:
                 body = self._body(sock, int(answer.get("body", 0)), rest)
                 status = int(answer["status"])
                 names = {str(k).lower(): str(v) for k, v in answer.get("headers", [])}
-                got = 0
-                if 200 <= status < 300:
-                    got = _read_segments(fds, answer.get("segments", []), into)
-                    if body:
-                        end = min(len(into), got + len(body))
-                        into[got:end] = body[:end - got]
-                        got = end
-                        body = b""
+                segments = answer.get("segments", [])
+                mapped = None
+                if 200 <= status < 300 and segments:
+                    if len(segments) == 1 and not body:
+                        mapped = _mapped(fds[0], *segments[0])
+                    else:
+                        buf = bytearray(sum(int(count) for _, count in segments))
+                        got = _read_segments(fds, segments, buf)
+                        body = bytes(buf[:got]) + body
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -56,7 +62,7 @@ class LocalReads:
             sock.close()
             raise LocalUnavailable(str(exc)) from exc
         self._release(sock)
-        return status, names, got, body
+        return status, names, mapped, body
 
     def _connection(self) -> socket.socket:
         with contextlib.suppress(queue.Empty):
@@ -95,6 +101,19 @@ class LocalReads:
                 self._idle.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def _mapped(fd: int, offset: int, count: int) -> memoryview:
+    """``count`` bytes of ``fd`` from ``offset``, mapped read-only and populated up front (one
+    call maps every page, rather than a fault per page as FUSE copies them out)."""
+    aligned = offset - offset % mmap.ALLOCATIONGRANULARITY
+    if os.fstat(fd).st_size < offset + count:
+        raise ValueError("a cache block shorter than its segment")
+    if count == 0:
+        return memoryview(b"")
+    mapping = mmap.mmap(fd, count + offset - aligned, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
+                        prot=mmap.PROT_READ, offset=aligned)
+    return memoryview(mapping)[offset - aligned:offset - aligned + count]
 
 
 def _read_segments(fds: list[int], segments: list[list[int]], into: bytearray) -> int:

@@ -146,7 +146,7 @@ class GatewayObjects:
             raise
         return any(item["Key"] != beyond for item in found)
 
-    def read(self, bucket: str, key: str, start: int, length: int, etag: str) -> bytearray:
+    def read(self, bucket: str, key: str, start: int, length: int, etag: str) -> bytearray | memoryview:
         """``length`` bytes from ``start`` of the version ``etag`` names: a newer version answers
         ESTALE rather than mixing two versions' bytes into one read. A presigned GET read with
         ``readinto`` into one buffer: no copies of the body in Python."""
@@ -176,13 +176,19 @@ class GatewayObjects:
 
     @staticmethod
     def _read_local(local: LocalReads, url: str, headers: dict[str, str], bucket: str, key: str,
-                    length: int) -> bytearray:
-        """``read`` over the local read socket: the same request, the same answers."""
-        buf = bytearray(length)
-        status, _, got, body = local.get(url, headers, buf)
+                    length: int) -> bytearray | memoryview:
+        """``read`` over the local read socket: the same request, the same answers; a cached range
+        as a map of its cache block (no copy)."""
+        status, _, mapped, body = local.get_mapped(url, headers)
         if not _has_bytes(status, lambda: body, bucket, key):
             return bytearray()
-        return _whole(buf, got, bucket, key)
+        if mapped is not None:
+            if len(mapped) != length:
+                raise ObjectError("IncompleteBody", f"{bucket}/{key}: {len(mapped)} of {length} bytes")
+            return mapped
+        if len(body) != length:
+            raise ObjectError("IncompleteBody", f"{bucket}/{key}: {len(body)} of {length} bytes")
+        return bytearray(body)
 
     def publish(self, bucket: str, key: str, path: Path) -> FileStat:
         """The whole file as the object: one PUT (or one multipart upload of parts sent 8 at a

@@ -152,7 +152,7 @@ def test_two_workers_serve_one_socket(seaweed: SeaweedServer, tmp_path: Path) ->
 
 def test_without_the_socket_the_reader_says_so(tmp_path: Path) -> None:
     with pytest.raises(LocalUnavailable):
-        LocalReads(tmp_path / "none.sock").get("http://127.0.0.1:1/b/k", {}, bytearray(1))
+        LocalReads(tmp_path / "none.sock").get_mapped("http://127.0.0.1:1/b/k", {})
 
 
 def test_garbage_on_the_socket_closes_that_connection_only(gw: GatewayProcess, bucket: str) -> None:
