@@ -188,7 +188,7 @@ class GatewayObjects:
             return mapped
         if len(body) != length:
             raise ObjectError("IncompleteBody", f"{bucket}/{key}: {len(body)} of {length} bytes")
-        return bytearray(body)
+        return memoryview(body)
 
     def publish(self, bucket: str, key: str, path: Path) -> FileStat:
         """The whole file as the object: one PUT (or one multipart upload of parts sent 8 at a
