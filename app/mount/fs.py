@@ -27,13 +27,14 @@ from app.mount import protocol as fuse
 from app.mount import streaming
 from app.mount.attributes import Attributes, statfs
 from app.mount.errors import answer, fail, guard
-from app.mount.handles import ReadHandle, WriteHandle
+from app.mount.handles import CHUNK, ReadHandle, WriteHandle
 from app.mount.inodes import ROOT, Inodes, Where, child, is_dir, parent_of
 from app.mount.metadata import Metadata
 from app.mount.objects import PARALLEL_PARTS, FileStat, GatewayObjects
 
 T = TypeVar("T")
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+DIRECT_READS_FROM = CHUNK  # bytes: smaller files are read through the kernel's page cache
 
 OPERATIONS = ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir", "mkdir", "rmdir", "open",
               "create", "read", "write", "flush", "fsync", "release", "unlink", "rename", "statfs")
@@ -238,9 +239,11 @@ class FerryFS:
         version = handle.stat.etag if isinstance(handle, ReadHandle) else None
         keep = version is not None and self._versions.get(inode) == version
         self._versions[inode] = version
-        # Direct I/O: a read is answered straight into the reader's buffer (one copy, no page-cache
-        # pages to fill and free); mmap still works, through the page cache (FUSE_DIRECT_IO_ALLOW_MMAP).
-        direct = self.direct_reads and isinstance(handle, ReadHandle)
+        # Direct I/O for a large file: a read is answered straight into the reader's buffer (one
+        # copy, no page-cache pages to fill and free); mmap still works, through the page cache
+        # (FUSE_DIRECT_IO_ALLOW_MMAP). A small file keeps the page cache: its cost is the request,
+        # not the copy, and a re-read (grep -r twice) is then answered by the kernel alone.
+        direct = self.direct_reads and isinstance(handle, ReadHandle) and handle.stat.size >= DIRECT_READS_FROM
         return fuse.FileInfo(fh=fh, keep_cache=keep, direct_io=direct)
 
     async def _open_writer(self, where: Where, flags: int) -> WriteHandle:

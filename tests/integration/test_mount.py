@@ -212,6 +212,28 @@ def test_mmap_reads_the_objects_bytes(gw: GatewayProcess, mnt: MountProcess, buc
         assert hashlib.sha256(m).digest() == hashlib.sha256(data).digest()
 
 
+def test_a_large_file_reads_whole_in_any_piece_size(gw: GatewayProcess, mnt: MountProcess, bucket: str) -> None:
+    """A file of 8 MiB or more is read with direct I/O (each read one request, answered from the
+    gateway's cache block): every piece size, positioned reads across the mount's 8 MiB chunks and
+    a shared map of the same open file all see the object's bytes."""
+    data = os.urandom(3 * 8 * MiB + 4097)
+    gw.client().put_object(Bucket=bucket, Key="large.bin", Body=data)
+    path = mnt.path / bucket / "large.bin"
+    for piece in (MiB, 3 * MiB + 5, 3 * 4096 + 1):
+        got = bytearray()
+        with open(path, "rb", buffering=0) as fh:
+            while chunk := fh.read(piece):
+                got += chunk
+        assert got == data, piece
+    with open(path, "rb", buffering=0) as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        for offset in (8 * MiB - 7, 16 * MiB - 1, len(data) - 10, 0):
+            assert os.pread(fh.fileno(), 100, offset) == data[offset:offset + 100]
+            assert m[offset:offset + 100] == data[offset:offset + 100]
+        assert os.pread(fh.fileno(), 10, len(data)) == b""  # at the end: nothing, no error
+    cat = subprocess.run(["cat", str(path)], capture_output=True, check=True).stdout
+    assert hashlib.sha256(cat).digest() == hashlib.sha256(data).digest()
+
+
 def test_the_checkpoint_pattern_renames_into_place(gw: GatewayProcess, mnt: MountProcess, bucket: str) -> None:
     """Write a temp name, fsync, os.replace over the last good one: S3 sees the whole new
     checkpoint under the final name, and no temp name is left."""
