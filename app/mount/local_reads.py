@@ -29,9 +29,10 @@ class LocalReads:
         self.path = path
         self._idle: queue.LifoQueue[socket.socket] = queue.LifoQueue(maxsize=connections)
 
-    def get_mapped(self, url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], memoryview | None, bytes]:
+    def get_mapped(self, url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], memoryview | None,
+                                                                     memoryview]:
         """(status, headers, the body as a read-only map of the one cache block that holds it or
-        None, other body bytes). A map is no copy at all: the kernel copies the block's pages
+        None, the body's bytes otherwise). A map is no copy at all: the kernel copies the block's pages
         straight into the reader's buffer when FUSE is answered from it. A block file is never
         changed in place (a new version is a new block; an evicted one is renamed, then unlinked,
         and the map keeps its pages), so the view stays valid while it lives. An answer in several
@@ -54,7 +55,7 @@ class LocalReads:
                     else:
                         buf = bytearray(sum(int(count) for _, count in segments))
                         got = _read_segments(fds, segments, buf)
-                        body = bytes(buf[:got]) + body
+                        body = memoryview(bytes(buf[:got]) + body)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -84,16 +85,20 @@ class LocalReads:
             sock.close()
 
     @staticmethod
-    def _body(sock: socket.socket, size: int, rest: bytes) -> bytes:
-        data = bytearray(rest)
-        while len(data) < size:
-            chunk = sock.recv(min(size - len(data), 1024 * 1024))
-            if not chunk:
-                raise ConnectionError("the local read socket closed mid-answer")
-            data.extend(chunk)
-        if len(data) != size:
+    def _body(sock: socket.socket, size: int, rest: bytes) -> memoryview:
+        """The answer's ``size`` bytes, received straight into one buffer (a miss is a whole
+        chunk: no per-recv pieces joined, no copy of the whole at the end)."""
+        if len(rest) > size:
             raise ConnectionError("more bytes than the answer announced")
-        return bytes(data)
+        data = memoryview(bytearray(size))
+        data[:len(rest)] = rest
+        got = len(rest)
+        while got < size:
+            n = sock.recv_into(data[got:], min(size - got, 4 * 1024 * 1024))
+            if not n:
+                raise ConnectionError("the local read socket closed mid-answer")
+            got += n
+        return data
 
     def close(self) -> None:
         while True:

@@ -180,7 +180,7 @@ class GatewayObjects:
         """``read`` over the local read socket: the same request, the same answers; a cached range
         as a map of its cache block (no copy)."""
         status, _, mapped, body = local.get_mapped(url, headers)
-        if not _has_bytes(status, lambda: body, bucket, key):
+        if not _has_bytes(status, lambda: bytes(body), bucket, key):
             return bytearray()
         if mapped is not None:
             if len(mapped) != length:
@@ -188,7 +188,7 @@ class GatewayObjects:
             return mapped
         if len(body) != length:
             raise ObjectError("IncompleteBody", f"{bucket}/{key}: {len(body)} of {length} bytes")
-        return memoryview(body)
+        return body
 
     def publish(self, bucket: str, key: str, path: Path) -> FileStat:
         """The whole file as the object: one PUT (or one multipart upload of parts sent 8 at a
