@@ -35,14 +35,16 @@ def test_one_sender_per_part_and_a_dead_holder_runs_out(engine: Engine) -> None:
 
 
 def test_the_destage_waits_for_a_copy_in_flight_elsewhere(engine: Engine) -> None:
-    copier = PartCopies(PartClaims(engine, "n1"), lease_seconds=0.6)
-    destage = PartCopies(PartClaims(engine, "n1"), lease_seconds=0.6)
+    # A 1.2 s lease renewed every 0.4 s: under two CPU hogs and the suite a 0.6 s one once ran out
+    # (one renewal late by more than 0.4 s), which is the fence working, not this test's subject.
+    copier = PartCopies(PartClaims(engine, "n1"), lease_seconds=1.2)
+    destage = PartCopies(PartClaims(engine, "n1"), lease_seconds=1.2)
     landed = threading.Event()
 
     def copy() -> None:
         with copier.sending("r2", 3) as lease:
             assert lease is not None
-            time.sleep(1.5)  # longer than the lease: renewed while the body is sent
+            time.sleep(2.0)  # longer than the lease: renewed while the body is sent
             assert not lease.expired()
             landed.set()
 
