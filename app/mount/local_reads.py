@@ -35,8 +35,8 @@ class LocalReads:
         None, the body's bytes otherwise). A map is no copy at all: the kernel copies the block's pages
         straight into the reader's buffer when FUSE is answered from it. A block file is never
         changed in place (a new version is a new block; an evicted one is renamed, then unlinked,
-        and the map keeps its pages), so the view stays valid while it lives. An answer in several
-        pieces, or as bytes, comes back as bytes (None for the map)."""
+        and the map keeps its pages; a fill only appends), so the view stays valid while it lives.
+        Pieces of more than one file, or an answer as bytes, come back as bytes (None for the map)."""
         split = urlsplit(url)
         request = {"path": split.path, "query": split.query, "headers": {"host": split.netloc, **headers}}
         sock = self._connection()
@@ -50,12 +50,13 @@ class LocalReads:
                 segments = answer.get("segments", [])
                 mapped = None
                 if 200 <= status < 300 and segments:
-                    if len(segments) == 1 and not body:
-                        mapped = _mapped(fds[0], *segments[0])
+                    span = _one_span(fds, segments) if not body else None
+                    if span is not None:
+                        mapped = _mapped(fds[0], *span)
                     else:
                         buf = bytearray(sum(int(count) for _, count in segments))
                         got = _read_segments(fds, segments, buf)
-                        body = memoryview(bytes(buf[:got]) + body)
+                        body = memoryview(buf)[:got] if not body else memoryview(bytes(buf[:got]) + body)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -106,6 +107,22 @@ class LocalReads:
                 self._idle.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def _one_span(fds: list[int], segments: list[list[int]]) -> tuple[int, int] | None:
+    """(offset, count) when the segments are one run of one file, else None. A miss comes back as
+    the pieces of its block's fill as they landed (each its own descriptor of the same file):
+    one map of the run, not a copy of each piece."""
+    if len(fds) != len(segments) or not fds:
+        return None
+    first = os.fstat(fds[0])
+    start, end = int(segments[0][0]), int(segments[0][0]) + int(segments[0][1])
+    for fd, (offset, count) in zip(fds[1:], segments[1:], strict=True):
+        here = os.fstat(fd)
+        if (here.st_dev, here.st_ino) != (first.st_dev, first.st_ino) or int(offset) != end:
+            return None
+        end += int(count)
+    return start, end - start
 
 
 def _mapped(fd: int, offset: int, count: int) -> memoryview:

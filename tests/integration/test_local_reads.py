@@ -109,6 +109,23 @@ def test_a_miss_an_error_and_a_bad_signature_answer_as_http_does(gw: GatewayProc
     assert reader._local_off_until == 0.0
 
 
+def test_a_miss_comes_back_as_one_map_of_its_fill(gw: GatewayProcess, bucket: str, seaweed: SeaweedServer) -> None:
+    """A miss answers with the pieces of its block's fill as they landed, each a descriptor of the
+    same file: the mount maps the run once (no copy), and its bytes are the object's."""
+    cold = os.urandom(20 * MiB)
+    remote_client(seaweed).put_object(Bucket=bucket, Key="fill", Body=cold)
+    etag = remote_client(seaweed).head_object(Bucket=bucket, Key="fill")["ETag"]
+    url = gw.client().generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "fill"})
+    reads = LocalReads(socket_path(gw.data_dir))
+    start, end = 8 * MiB, 16 * MiB - 1  # one whole block, never read before
+    status, _, mapped, body = reads.get_mapped(url, {"Range": f"bytes={start}-{end}", "If-Match": etag})
+    assert status == 206 and mapped is not None and len(body) == 0
+    assert mapped == cold[start:end + 1]
+    status, _, mapped, body = reads.get_mapped(url, {"Range": f"bytes={start}-{end}", "If-Match": etag})
+    assert status == 206 and mapped == cold[start:end + 1]  # now a hit: the block file itself
+    reads.close()
+
+
 def test_the_socket_is_only_the_gateway_users(gw: GatewayProcess) -> None:
     path = socket_path(gw.data_dir)
     assert stat.S_ISSOCK(path.stat().st_mode)
