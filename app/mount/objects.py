@@ -182,13 +182,10 @@ class GatewayObjects:
         status, _, mapped, body = local.get_mapped(url, headers)
         if not _has_bytes(status, lambda: bytes(body), bucket, key):
             return bytearray()
-        if mapped is not None:
-            if len(mapped) != length:
-                raise ObjectError("IncompleteBody", f"{bucket}/{key}: {len(mapped)} of {length} bytes")
-            return mapped
-        if len(body) != length:
-            raise ObjectError("IncompleteBody", f"{bucket}/{key}: {len(body)} of {length} bytes")
-        return body
+        data = mapped if mapped is not None else body
+        if len(data) != length:
+            raise ObjectError("IncompleteBody", f"{bucket}/{key}: {len(data)} of {length} bytes")
+        return data
 
     def publish(self, bucket: str, key: str, path: Path) -> FileStat:
         """The whole file as the object: one PUT (or one multipart upload of parts sent 8 at a
