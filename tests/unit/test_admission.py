@@ -11,7 +11,7 @@ from app.domain.cache import Entry
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
 from app.domain.states import CacheState
-from app.services.cache.admission import MARGIN, REPEAT_SECONDS, FrequencyAdmission
+from app.services.cache.admission import LANDING_SECONDS, MARGIN, REPEAT_SECONDS, FrequencyAdmission
 
 KiB = 1024
 FREQUENCY, PINNED, ALWAYS = Policy(), Policy(pinned=True), Policy(admission="always")
@@ -148,3 +148,30 @@ def test_an_allowance_goes_when_the_key_is_admitted_whole_or_asked_for_by_name()
     assert admission.decide("b", "late", 300 * KiB, FREQUENCY, first_block=64 * KiB)
     assert admission.allowance("b", "late") is None  # admitted whole, in place of k0
     assert [e.key for e in index.entries] == ["k1", "k2"]
+
+
+def test_a_measurement_taken_mid_fill_still_counts_the_bytes_to_land() -> None:
+    """A two-block object admitted into the last room has one block landed when the use is next
+    measured: the other block is promised, so the next tied miss finds no room (not even in part),
+    and nothing is left for eviction to correct. Bytes that never land are let go."""
+    index = Index([entry(f"k{i}", 256 * KiB, float(i), i + 1) for i in range(2)])
+    clock = Clock()
+    admission = gate(index, clock=clock)
+    assert admission.decide("b", "shard", 512 * KiB, FREQUENCY, first_block=256 * KiB)  # room: 512 KiB free
+    shard = entry("shard", 512 * KiB, 10.0, 9)
+    index.entries.append(shard)
+    shard.cached_bytes = 256 * KiB  # its first block is in the row
+    admission.landed("b", "shard", 256 * KiB)
+    clock.now += 2  # a fresh measurement, before the second block lands
+    assert not admission.decide("b", "next", 512 * KiB, FREQUENCY, first_block=256 * KiB)
+    shard.cached_bytes = 512 * KiB
+    admission.landed("b", "shard", 256 * KiB)
+    clock.now += 2
+    assert not admission.decide("b", "next", 512 * KiB, FREQUENCY, first_block=256 * KiB)  # truly full
+    index.entries.remove(shard)  # evicted whole; an admission that never lands is let go in time
+    clock.now += 2
+    assert admission.decide("b", "gone", 512 * KiB, FREQUENCY)
+    clock.now += 2
+    assert not admission.decide("b", "next", 512 * KiB, FREQUENCY, first_block=256 * KiB)  # "gone" promised
+    clock.now += LANDING_SECONDS
+    assert admission.decide("b", "next", 512 * KiB, FREQUENCY, first_block=256 * KiB)

@@ -48,6 +48,7 @@ RECENT_KEYS_MAX = 65536  # keys remembered for that (the oldest half goes when i
 USAGE_REFRESH_SECONDS = 1.0  # the budget's use is measured at most this often (a SUM per node)
 VICTIMS_LOOKED_AT = 256  # LRU-end entries a decision may look through for room
 BATCH = 128  # reads buffered before they are counted (every count is read after a replay)
+LANDING_SECONDS = 10.0  # an admitted object's bytes not landed this long after its last block are let go
 
 
 def sketch_for(budget_bytes: int) -> FrequencySketch:
@@ -78,6 +79,7 @@ class FrequencyAdmission:
         self._measured = 0
         self._measured_at: float | None = None
         self._since = 0  # bytes admitted (less bytes evicted) since the last measurement
+        self._landing: dict[str, tuple[int, float]] = {}  # key -> (admitted bytes not yet landed, since)
         self._recent: dict[str, float] = {}  # key -> when it was last counted
         self._refused: dict[str, tuple[int, float]] = {}  # key -> (size, when) of a recent refusal
         self._allowed: dict[str, int] = {}  # key admitted in part -> bytes its fills may still keep
@@ -158,10 +160,12 @@ class FrequencyAdmission:
             need = used + size - self.budget_bytes
             if need <= 0:
                 self._since += size
+                self._expect(name, size)
                 self._allowed.pop(name, None)
                 metrics.admission_decided("room")
                 return True
             if size <= self.budget_bytes and self._replace(bucket, key, size, need):
+                self._expect(name, size)
                 self._allowed.pop(name, None)
                 metrics.admission_decided("admitted")
                 return True
@@ -169,6 +173,7 @@ class FrequencyAdmission:
             if first_block is not None and 0 < first_block <= room and size <= self.budget_bytes:
                 self._allow(name, room)
                 self._since += room
+                self._expect(name, room)
                 metrics.admission_decided("partial")
                 return True
             metrics.admission_decided("refused")
@@ -200,6 +205,38 @@ class FrequencyAdmission:
         if self._allowed:
             with self._lock:
                 self._allowed.pop(sketch_key(bucket, key), None)
+
+    def landed(self, bucket: str, key: str, length: int) -> None:
+        """A fill kept ``length`` bytes of the object (its row counts them now)."""
+        if not self._landing:
+            return
+        name = sketch_key(bucket, key)
+        with self._lock:
+            found = self._landing.get(name)
+            if found is None:
+                return
+            if found[0] <= length:
+                del self._landing[name]
+            else:
+                self._landing[name] = (found[0] - length, self.clock())
+
+    def _expect(self, name: str, size: int) -> None:
+        """Admitted bytes that land later, block by block: a measurement taken before they do
+        must still count them, or the next decision sees room that is promised (the cache then
+        overshoots and eviction.py pushes out an entry the epoch is about to read)."""
+        if len(self._landing) >= RECENT_KEYS_MAX:
+            for old in list(self._landing)[: RECENT_KEYS_MAX // 2]:
+                self._landing.pop(old, None)
+        self._landing.pop(name, None)
+        self._landing[name] = (size, self.clock())
+
+    def _outstanding(self, now: float) -> int:
+        """Admitted bytes not landed yet; those of a fill that stopped (a shard's tail never read,
+        a failed fetch) are let go ``LANDING_SECONDS`` after the last block that did land."""
+        stale = [name for name, (_, since) in self._landing.items() if now - since >= LANDING_SECONDS]
+        for name in stale:
+            del self._landing[name]
+        return sum(left for left, _ in self._landing.values())
 
     def _allow(self, name: str, room: int) -> None:
         if len(self._allowed) >= RECENT_KEYS_MAX:  # forgotten ones fill whole; eviction.py corrects it
@@ -239,11 +276,12 @@ class FrequencyAdmission:
 
     def _used(self) -> int:
         """Cached plus dirty bytes: measured at most every ``USAGE_REFRESH_SECONDS``, plus what
-        this process admitted since (fills land after their decision, so a fresh measurement may
-        still miss some of them; eviction.py corrects an overshoot)."""
+        this process admitted since. Fills land after their decision, block by block: a fresh
+        measurement starts from the admitted bytes still to land (a block accounted between the
+        SUM and ``landed`` counts twice for a moment: the safe side)."""
         now = self.clock()
         if self._measured_at is None or now - self._measured_at >= USAGE_REFRESH_SECONDS:
             self._measured = self.index.total_bytes() + self.dirty_bytes()
             self._measured_at = now
-            self._since = 0
+            self._since = self._outstanding(now)
         return self._measured + self._since

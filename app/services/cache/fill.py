@@ -262,6 +262,8 @@ class Filling:
                 self._fill_publish(job)
             else:
                 self.cache.store.discard(job.fill.file)
+            if job.accounted is not None:
+                self.cache.admission.landed(job.entry.bucket, job.entry.key, job.length)
         except BaseException as exc:  # the readers get the error; the next read refetches
             error = exc
             self._fill_roll_back(job, exc)
