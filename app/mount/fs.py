@@ -24,13 +24,13 @@ from typing import Any, TypeVar
 import trio
 
 from app.mount import protocol as fuse
-from app.mount import streaming
 from app.mount.attributes import Attributes, statfs
 from app.mount.errors import answer, fail, guard
 from app.mount.handles import CHUNK, ReadHandle, WriteHandle
 from app.mount.inodes import ROOT, Inodes, Where, child, is_dir, parent_of
 from app.mount.metadata import Metadata
 from app.mount.objects import PARALLEL_PARTS, FileStat, GatewayObjects
+from app.mount.writers import Writers
 
 T = TypeVar("T")
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
@@ -54,7 +54,7 @@ class FerryFS:
         self.part_pool = ThreadPoolExecutor(PARALLEL_PARTS, thread_name_prefix="ferry-mount-part")
         self.spawn: Callable[..., None] = lambda fn, *args: None  # set by run.py: the mount's nursery
         self.meta = Metadata(objects, self._call, cache_seconds, bucket)
-        self._writers: dict[Where, tuple[WriteHandle, int]] = {}  # open files being written, and their opens
+        self.writers = Writers(objects, staging, self.part_pool, self._call, self.meta)
         self._open: dict[int, ReadHandle | WriteHandle] = {}
         self._dirs: dict[int, list[tuple[str, Where]]] = {}
         self._handles = itertools.count(1)
@@ -74,9 +74,8 @@ class FerryFS:
 
     async def _resolve(self, where: Where) -> fuse.EntryAttributes:
         """Attributes of a file ``where`` names, or of the directory of the same name."""
-        writer = self._writers.get(where)
-        if writer is not None:
-            return self._attrs(where, self.meta.known(where), size=writer[0].size)
+        if (size := self.writers.size(where)) is not None:
+            return self._attrs(where, self.meta.known(where), size=size)
         bucket, key = where
         cached = self.meta.fresh_listing(parent_of(where)) or await self.meta.relisted(parent_of(where))
         if cached is not None:
@@ -129,9 +128,8 @@ class FerryFS:
         where = self._where(inode)
         if is_dir(where):
             return self._attrs(where, None)
-        writer = self._writers.get(where)
-        if writer is not None:
-            return self._attrs(where, self.meta.known(where), size=writer[0].size)
+        if (size := self.writers.size(where)) is not None:
+            return self._attrs(where, self.meta.known(where), size=size)
         found = await self.meta.file_stat(where)
         if found is None:
             raise fail(errno.ENOENT)
@@ -145,14 +143,14 @@ class FerryFS:
         if fields.update_size:
             if self.read_only:
                 raise fail(errno.EROFS)
-            writer = self._writers.get(where)
+            writer = self.writers.get(where)
             if writer is not None:
-                async with writer[0].lock:
-                    writer[0].truncate(attr.st_size)
+                async with writer.lock:
+                    writer.truncate(attr.st_size)
             elif attr.st_size == 0 and not is_dir(where):
                 handle = WriteHandle.create(self.staging, *where)
                 try:
-                    await self._publish(where, handle)
+                    await self.writers.publish(where, handle)
                 finally:
                     handle.close()
             else:
@@ -169,8 +167,7 @@ class FerryFS:
             dirs = set(listing.dirs)
             entries = [(name, child(where, name, directory=True)) for name in listing.dirs]
             entries += [(name, child(where, name, directory=False)) for name in listing.files if name not in dirs]
-            pending = {w[1].rsplit("/", 1)[-1] for w in self._writers if parent_of(w) == where}
-            entries += [(name, child(where, name, directory=False)) for name in pending
+            entries += [(name, child(where, name, directory=False)) for name in self.writers.names_in(where)
                         if name not in listing.files and name not in dirs]
         handle = next(self._handles)
         self._dirs[handle] = sorted(e for e in entries if e[0] and "/" not in e[0])
@@ -183,9 +180,7 @@ class FerryFS:
             if is_dir(where):
                 attrs = self._attrs(where, None)
             else:
-                writer = self._writers.get(where)
-                found = self.meta.known(where)
-                attrs = self._attrs(where, found, size=writer[0].size if writer else None)
+                attrs = self._attrs(where, self.meta.known(where), size=self.writers.size(where))
             if not fuse.readdir_reply(token, os.fsencode(name), attrs, index + 1):
                 return
 
@@ -225,8 +220,8 @@ class FerryFS:
         if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
             handle = await self._open_writer(where, flags)
             self._versions[inode] = None
-        elif (writer := self._writers.get(where)) is not None:
-            handle = self._share(where, writer[0])
+        elif self.writers.get(where) is not None:
+            handle = self.writers.share(where)
         else:
             found = await self.meta.file_stat(where)
             if found is None:
@@ -249,23 +244,7 @@ class FerryFS:
     async def _open_writer(self, where: Where, flags: int) -> WriteHandle:
         if self.read_only:
             raise fail(errno.EROFS)
-        writer = self._writers.get(where)
-        if writer is not None:
-            if flags & os.O_TRUNC:
-                async with writer[0].lock:
-                    writer[0].truncate(0)
-            return self._share(where, writer[0])
-        found = await self.meta.file_stat(where)
-        if found is not None and found.size > 0 and not flags & os.O_TRUNC:
-            raise fail(errno.EOPNOTSUPP)  # no writes into an existing object's bytes: O_TRUNC rewrites
-        handle = WriteHandle.create(self.staging, *where, objects=self.objects, pool=self.part_pool)
-        self._writers[where] = (handle, 1)
-        return handle
-
-    def _share(self, where: Where, handle: WriteHandle) -> WriteHandle:
-        held, opens = self._writers[where]
-        self._writers[where] = (held, opens + 1)
-        return handle
+        return await self.writers.open(where, flags)
 
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: Any) -> tuple[fuse.FileInfo, fuse.EntryAttributes]:
@@ -317,53 +296,25 @@ class FerryFS:
         async with handle.lock:
             return handle.write(off, buf)
 
-    async def _publish(self, where: Where, handle: WriteHandle) -> None:
-        """The staging file becomes the object (once acknowledged, it survives any crash)."""
-        async with handle.lock:
-            if handle.unlinked and handle.stream is not None and handle.stream.upload_id is not None:
-                await self._call(handle.stream.abort)  # at the close, not at the later release
-            if not handle.dirty or handle.unlinked:
-                return
-            found = await self._call(streaming.publish, self.objects, handle.bucket, handle.key, handle.path,
-                                     handle.stream)
-            handle.dirty = False
-        self.meta.changed((handle.bucket, handle.key), found)
-
     async def flush(self, fh: int) -> None:
         handle = self._handle(fh)
         if isinstance(handle, WriteHandle):
-            await self._publish((handle.bucket, handle.key), handle)
+            await self.writers.publish((handle.bucket, handle.key), handle)
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         await self.flush(fh)
 
     async def release(self, fh: int) -> None:
         handle = self._open.pop(fh, None)
-        if not isinstance(handle, WriteHandle):
-            return
-        where = (handle.bucket, handle.key)
-        held = self._writers.get(where)
-        try:
-            if held is None or held[1] <= 1:
-                await self._publish(where, handle)
-        finally:
-            if held is not None and held[0] is handle:
-                if held[1] <= 1:
-                    del self._writers[where]
-                    handle.close()
-                else:
-                    self._writers[where] = (handle, held[1] - 1)
-            elif held is None:
-                handle.close()
+        if isinstance(handle, WriteHandle):
+            await self.writers.release(handle)
 
     async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
         parent = self._where(parent_inode)
         if self.read_only:
             raise fail(errno.EROFS)
         where = child(parent, self._name(name), directory=False)
-        writer = self._writers.get(where)
-        if writer is not None:
-            writer[0].unlinked = True
+        self.writers.unlinked(where)
         await self._call(self.objects.delete, *where)
         self.meta.changed(where)
         self.inodes.drop(where)
@@ -382,14 +333,9 @@ class FerryFS:
             raise fail(errno.EXDEV)  # a directory is many objects: mv copies them one by one
         if old[0] != new[0]:
             raise fail(errno.EXDEV)
-        writer = self._writers.get(old)
-        if writer is not None:
-            await self._publish(old, writer[0])
+        await self.writers.publish_before_rename(old)
         await self._call(self.objects.rename, old[0], old[1], new[1], no_replace=bool(flags & RENAME_NOREPLACE))
-        if writer is not None:
-            del self._writers[old]
-            writer[0].key = new[1]
-            self._writers[new] = writer
+        self.writers.renamed(old, new)
         self.meta.changed(old)
         self.meta.changed(new)
         self.inodes.move(old, new)
