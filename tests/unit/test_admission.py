@@ -175,3 +175,20 @@ def test_a_measurement_taken_mid_fill_still_counts_the_bytes_to_land() -> None:
     assert not admission.decide("b", "next", 512 * KiB, FREQUENCY, first_block=256 * KiB)  # "gone" promised
     clock.now += LANDING_SECONDS
     assert admission.decide("b", "next", 512 * KiB, FREQUENCY, first_block=256 * KiB)
+
+
+def test_a_verdict_at_once_only_where_no_sql_is_needed() -> None:
+    """``decide_at_once`` (on the event loop) admits a miss that fits under the last measurement
+    and counts it as ``decide`` would; anything else is left to ``decide`` (None)."""
+    index = Index([entry("k0", 256 * KiB, 0.0, 1)])
+    clock = Clock()
+    admission = gate(index, clock=clock)
+    assert admission.decide_at_once("b", "a", 256 * KiB, ALWAYS) is True  # not gated: nothing to ask
+    assert admission.decide_at_once("b", "a", 256 * KiB, FREQUENCY) is None  # never measured
+    assert admission.decide("b", "a", 256 * KiB, FREQUENCY)  # measures: 256 KiB used, now 512
+    assert admission.decide_at_once("b", "b2", 256 * KiB, FREQUENCY) is True  # 768 of 1024
+    assert admission.decide_at_once("b", "c", 512 * KiB, FREQUENCY) is None  # needs room: decide's
+    assert admission.decide_at_once("b", "d", 256 * KiB, FREQUENCY) is True  # exactly full
+    assert not admission.decide("b", "e", 256 * KiB, FREQUENCY)  # the promised bytes are counted
+    clock.now += 2
+    assert admission.decide_at_once("b", "f", 1, FREQUENCY) is None  # a measurement is due

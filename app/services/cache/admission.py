@@ -179,6 +179,26 @@ class FrequencyAdmission:
             metrics.admission_decided("refused")
             return False
 
+    def decide_at_once(self, bucket: str, key: str, size: int, policy: Policy) -> bool | None:
+        """``decide`` where it needs no SQL: a miss that is not gated, or that fits under the
+        budget as last measured (True); None when only ``decide`` can tell (a measurement is due,
+        or the miss needs room). Called on the event loop: a cold epoch's misses into a cache
+        with room then cost no thread hop for their verdict."""
+        if not self.gated(policy):
+            self.forget_allowance(bucket, key)
+            return True
+        with self._lock:
+            if self._measured_at is None or self.clock() - self._measured_at >= USAGE_REFRESH_SECONDS:
+                return None
+            if self._measured + self._since + size > self.budget_bytes:
+                return None
+            name = sketch_key(bucket, key)
+            self._since += size
+            self._expect(name, size)
+            self._allowed.pop(name, None)
+        metrics.admission_decided("room")
+        return True
+
     def keep_block(self, bucket: str, key: str, length: int) -> bool:
         """Whether a fill of this object may keep a block of ``length`` bytes: always, unless the
         object was admitted in part and its allowance is spent (then it is served, not kept)."""

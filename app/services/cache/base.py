@@ -60,7 +60,8 @@ class CacheBase:
         eviction: Eviction
         copies: PeerCopies
 
-        async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int: ...
+        async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None,
+                       known: Any = ...) -> int: ...
 
     def __init__(self, index: CacheIndex, store: BlockStore, remote: RemotePort, policies: PolicyBook, *,
                  source: BlockSource, disk: DiskReserve, dirty_bytes: Callable[[], int],
@@ -121,7 +122,8 @@ class CacheBase:
         return self.admission.decide(bucket, obj.key, obj.size, policy)
 
     async def _warm_ahead(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
-        return await self.warm(bucket, key, policy, tenant_id)
+        """A prefetch of an object its verdict found not cached (this version)."""
+        return await self.warm(bucket, key, policy, tenant_id, None)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)

@@ -172,7 +172,10 @@ class Discovery:
             metrics.peer_relayed()
             return
         length = first_block(meta.size, first_byte, self.cache.block_size)[1]
-        rec.refused = not await self.cache.run(self.cache.admission.decide, bucket, key, meta.size, policy, length)
+        admitted = self.cache.admission.decide_at_once(bucket, key, meta.size, policy)
+        if admitted is None:
+            admitted = await self.cache.run(self.cache.admission.decide, bucket, key, meta.size, policy, length)
+        rec.refused = not admitted
         if rec.refused:
             self.cache.admission.remember_refused(bucket, key, meta.size)
 

@@ -94,7 +94,8 @@ class Prefetcher:
         self.spawn = spawn
         self.ahead_bytes = ahead_bytes
         self.clock = clock
-        self._slots = asyncio.Semaphore(max(1, parallel))
+        self.parallel = max(1, parallel)
+        self._slots = asyncio.Semaphore(self.parallel)
         self._walks: dict[tuple[str, str], Walk] = {}
         self._staged: dict[tuple[str, str], float] = {}
 
@@ -247,24 +248,37 @@ class Prefetcher:
         log.info("prefetch: staging s3://%s/%s (policy prefetch: prefix)", bucket, prefix)
         self.spawn(self._stage(bucket, prefix, policy, tenant_id))
 
+    def _verdicts(self, bucket: str, batch: list[ObjectSummary], policy: Policy) -> list[bool | None]:
+        """The verdicts of up to ``parallel`` listed objects in one thread, up to the first refusal
+        (nothing after it is admitted): a thread hop per object cost the stage a context switch
+        or two each, on a loop that a cold epoch keeps busy."""
+        verdicts: list[bool | None] = []
+        for obj in batch:
+            verdicts.append(self.decide(bucket, obj, policy))
+            if verdicts[-1] is False:
+                break
+        return verdicts
+
     async def _stage(self, bucket: str, prefix: str, policy: Policy, tenant_id: int | None) -> None:
         after: str | None = None
         running: set[asyncio.Task[None]] = set()
         try:
             while True:
                 page = await self.run(self.list_page, bucket, prefix, None, after, 1000)
-                for obj in page.contents:
-                    verdict = await self.run(self.decide, bucket, obj, policy) if obj.size else None
-                    if verdict is None:
-                        continue
-                    if not verdict:
-                        log.info("prefetch of s3://%s/%s stopped at %s: the cache keeps no more", bucket, prefix,
-                                 obj.key)
-                        return
-                    await self._slots.acquire()
-                    task = asyncio.ensure_future(self._fetch(bucket, obj, policy, tenant_id, "prefix"))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
+                listed = [obj for obj in page.contents if obj.size]
+                for first in range(0, len(listed), self.parallel):
+                    batch = listed[first:first + self.parallel]
+                    for obj, verdict in zip(batch, await self.run(self._verdicts, bucket, batch, policy), strict=False):
+                        if verdict is None:
+                            continue
+                        if not verdict:
+                            log.info("prefetch of s3://%s/%s stopped at %s: the cache keeps no more", bucket, prefix,
+                                     obj.key)
+                            return
+                        await self._slots.acquire()
+                        task = asyncio.ensure_future(self._fetch(bucket, obj, policy, tenant_id, "prefix"))
+                        running.add(task)
+                        task.add_done_callback(running.discard)
                 if not page.is_truncated or not page.contents:
                     return
                 after = page.next_marker or page.contents[-1].key

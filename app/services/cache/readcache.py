@@ -232,12 +232,14 @@ class ReadCache(CacheBase):
                    for i in range(first // entry.block_size, last // entry.block_size + 1))
 
     # ---- warming (staging) --------------------------------------------------------------------
-    async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None) -> int:
-        """Fetch every block of the object not cached yet; returns the bytes fetched."""
+    async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None, known: Any = LOOKUP) -> int:
+        """Fetch every block of the object not cached yet; returns the bytes fetched. ``known``:
+        the caller's own lookup (the prefetcher's verdict read the row; None: there was none,
+        so no second lookup: the discovery reads the row again under the key's lock anyway)."""
         if self.disk_low():
             return 0
         self.admission.forget_allowance(bucket, key)  # asked for by name: kept whole
-        entry, _ = await self.current(bucket, key, policy, LOOKUP)
+        entry, _ = await self.current(bucket, key, policy, known)
         if entry is None:
             # A whole-object GET, as a client's first read would be: its answer carries the
             # stored checksums, which a ranged one does not.
