@@ -30,13 +30,22 @@ def parse_variant(text: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in text.split(";") if pair)
 
 
+def add_ab_arguments(parser: argparse.ArgumentParser, runs: int) -> None:
+    """The arguments of an A/B over netsim links by gateway settings (this module, stage_rate.py)."""
+    parser.add_argument("--links", default="long-fat")
+    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument("--variant", action="append", default=[], help="NAME=VALUE[;NAME=VALUE] ('' = defaults)")
+
+
+def variants_of(args: argparse.Namespace) -> list[dict[str, str]]:
+    return [parse_variant(v) for v in (args.variant or [""])]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--links", default="long-fat")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--variant", action="append", default=[], help="NAME=VALUE[;NAME=VALUE] ('' = defaults)")
+    add_ab_arguments(parser, runs=3)
     args = parser.parse_args(argv)
-    variants = [parse_variant(v) for v in (args.variant or [""])]
+    variants = variants_of(args)
     region = RemoteRegion("netsim")
     remote = region.up()
     workdir = Path(tempfile.mkdtemp(prefix="ferry-au-"))

@@ -25,7 +25,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.au_prefix import parse_variant
+from bench.au_prefix import add_ab_arguments, variants_of
 from bench.proc_cpu import CpuMeter
 from bench.remote import LINKS, RemoteRegion
 from tests.support.gateway import GatewayProcess
@@ -60,13 +60,11 @@ def one_run(remote: object, workdir: Path, bucket: str, keys: list[str], variant
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--links", default="long-fat")
+    add_ab_arguments(parser, runs=2)
     parser.add_argument("--objects", type=int, default=500)
     parser.add_argument("--size-kib", type=int, default=256)
-    parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--variant", action="append", default=[], help="NAME=VALUE[;NAME=VALUE] ('' = defaults)")
     args = parser.parse_args(argv)
-    variants = [parse_variant(v) for v in (args.variant or [""])]
+    variants = variants_of(args)
     region = RemoteRegion("netsim")
     remote = region.up()
     workdir = Path(tempfile.mkdtemp(prefix="ferry-stage-"))
