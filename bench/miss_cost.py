@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -35,8 +36,15 @@ def read_all(s3: Any, bucket: str, keys: list[str]) -> None:
 
 def one_run(seaweed: SeaweedServer, bucket: str, keys: list[str]) -> dict[str, float]:
     """A fresh gateway: one pass of misses, one of hits (a first read outside both warms it up)."""
-    with GatewayProcess(seaweed, Path(tempfile.mkdtemp(prefix="ferry-miss-")),
-                        env={"FERRY_CACHE_TTL_SECONDS": "604800"}) as gw:
+    data_dir = Path(tempfile.mkdtemp(prefix="ferry-miss-"))
+    try:
+        return _passes(seaweed, bucket, keys, data_dir)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)  # each run's cache: ~150 MiB
+
+
+def _passes(seaweed: SeaweedServer, bucket: str, keys: list[str], data_dir: Path) -> dict[str, float]:
+    with GatewayProcess(seaweed, data_dir, env={"FERRY_CACHE_TTL_SECONDS": "604800"}) as gw:
         assert gw.proc is not None
         s3 = gw.client(max_pool_connections=16)
         read_all(s3, bucket, keys[:1])
