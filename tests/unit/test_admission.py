@@ -11,7 +11,14 @@ from app.domain.cache import Entry
 from app.domain.objects import ObjectMeta
 from app.domain.policy import Policy
 from app.domain.states import CacheState
-from app.services.cache.admission import LANDING_SECONDS, MARGIN, REPEAT_SECONDS, FrequencyAdmission
+from app.services.cache.admission import (
+    LANDING_SECONDS,
+    MARGIN,
+    RECENT_KEYS_MAX,
+    REPEAT_SECONDS,
+    FrequencyAdmission,
+    remember,
+)
 
 KiB = 1024
 FREQUENCY, PINNED, ALWAYS = Policy(), Policy(pinned=True), Policy(admission="always")
@@ -192,3 +199,25 @@ def test_a_verdict_at_once_only_where_no_sql_is_needed() -> None:
     assert not admission.decide("b", "e", 256 * KiB, FREQUENCY)  # the promised bytes are counted
     clock.now += 2
     assert admission.decide_at_once("b", "f", 1, FREQUENCY) is None  # a measurement is due
+
+
+def test_a_verdict_at_once_never_waits_for_a_thread_holding_the_gate() -> None:
+    """The event loop asks ``decide_at_once``; a thread in ``decide`` holds the gate across its SQL
+    (a measurement, an eviction). The loop must not wait behind it: a busy gate answers None
+    (left to ``decide``), and the same question is answered once the gate is free."""
+    admission = gate(Index([entry("k0", 256 * KiB, 0.0, 1)]))
+    assert admission.decide("b", "a", 256 * KiB, FREQUENCY)  # measured: room for two more
+    with admission._lock:  # what a thread deciding in SQL holds
+        assert admission.decide_at_once("b", "b2", 256 * KiB, FREQUENCY) is None
+    assert admission.decide_at_once("b", "b2", 256 * KiB, FREQUENCY) is True
+
+
+def test_the_bounded_tables_drop_their_oldest_half_when_full() -> None:
+    table: dict[str, int] = {}
+    for n in range(RECENT_KEYS_MAX):
+        remember(table, f"k{n}", n)
+    assert len(table) == RECENT_KEYS_MAX
+    remember(table, "k1", -1)  # full: the oldest half goes first, then the name is the newest
+    assert len(table) == RECENT_KEYS_MAX // 2 + 1
+    assert "k0" not in table and "k2" not in table and table["k1"] == -1
+    assert list(table)[-1] == "k1" and f"k{RECENT_KEYS_MAX - 1}" in table

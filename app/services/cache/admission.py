@@ -32,6 +32,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from app import metrics
 from app.domain.cache import Entry
@@ -49,6 +50,19 @@ USAGE_REFRESH_SECONDS = 1.0  # the budget's use is measured at most this often (
 VICTIMS_LOOKED_AT = 256  # LRU-end entries a decision may look through for room
 BATCH = 128  # reads buffered before they are counted (every count is read after a replay)
 LANDING_SECONDS = 10.0  # an admitted object's bytes not landed this long after its last block are let go
+
+
+V = TypeVar("V")
+
+
+def remember(table: dict[str, V], name: str, value: V) -> None:
+    """Set ``name`` as the newest entry of a bounded table: a full one drops its oldest half
+    (dicts keep insertion order), so memory stays bounded whatever the key count."""
+    if len(table) >= RECENT_KEYS_MAX:
+        for old in list(table)[: RECENT_KEYS_MAX // 2]:
+            table.pop(old, None)
+    table.pop(name, None)
+    table[name] = value
 
 
 def sketch_for(budget_bytes: int) -> FrequencySketch:
@@ -118,11 +132,7 @@ class FrequencyAdmission:
         name = sketch_key(bucket, key)
         if not from_start and now - self._recent.get(name, -REPEAT_SECONDS) < REPEAT_SECONDS:
             return
-        if len(self._recent) >= RECENT_KEYS_MAX:
-            for old in list(self._recent)[: RECENT_KEYS_MAX // 2]:  # insertion order: the oldest first
-                self._recent.pop(old, None)
-        self._recent.pop(name, None)
-        self._recent[name] = now
+        remember(self._recent, name, now)
         self.sketch.record(name)
 
     def refused_size(self, bucket: str, key: str) -> int | None:
@@ -136,12 +146,7 @@ class FrequencyAdmission:
         return found[0]
 
     def remember_refused(self, bucket: str, key: str, size: int) -> None:
-        if len(self._refused) >= RECENT_KEYS_MAX:
-            for old in list(self._refused)[: RECENT_KEYS_MAX // 2]:
-                self._refused.pop(old, None)
-        name = sketch_key(bucket, key)
-        self._refused.pop(name, None)
-        self._refused[name] = (size, self.clock())
+        remember(self._refused, sketch_key(bucket, key), (size, self.clock()))
 
     def gated(self, policy: Policy) -> bool:
         return policy.admission == "frequency" and bool(self.budget_bytes) and not policy.pinned
@@ -159,9 +164,7 @@ class FrequencyAdmission:
             used = self._used()
             need = used + size - self.budget_bytes
             if need <= 0:
-                self._since += size
-                self._expect(name, size)
-                self._allowed.pop(name, None)
+                self._take_room(name, size)
                 metrics.admission_decided("room")
                 return True
             if size <= self.budget_bytes and self._replace(bucket, key, size, need):
@@ -171,7 +174,7 @@ class FrequencyAdmission:
                 return True
             room = self.budget_bytes - used
             if first_block is not None and 0 < first_block <= room and size <= self.budget_bytes:
-                self._allow(name, room)
+                remember(self._allowed, name, room)  # forgotten ones fill whole; eviction.py corrects it
                 self._since += room
                 self._expect(name, room)
                 metrics.admission_decided("partial")
@@ -182,20 +185,22 @@ class FrequencyAdmission:
     def decide_at_once(self, bucket: str, key: str, size: int, policy: Policy) -> bool | None:
         """``decide`` where it needs no SQL: a miss that is not gated, or that fits under the
         budget as last measured (True); None when only ``decide`` can tell (a measurement is due,
-        or the miss needs room). Called on the event loop: a cold epoch's misses into a cache
-        with room then cost no thread hop for their verdict."""
+        or the miss needs room, or a thread holds the gate). Called on the event loop: a cold
+        epoch's misses into a cache with room then cost no thread hop for their verdict, and the
+        loop never waits behind ``decide``'s SQL (the lock is only tried)."""
         if not self.gated(policy):
             self.forget_allowance(bucket, key)
             return True
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
             if self._measured_at is None or self.clock() - self._measured_at >= USAGE_REFRESH_SECONDS:
                 return None
             if self._measured + self._since + size > self.budget_bytes:
                 return None
-            name = sketch_key(bucket, key)
-            self._since += size
-            self._expect(name, size)
-            self._allowed.pop(name, None)
+            self._take_room(sketch_key(bucket, key), size)
+        finally:
+            self._lock.release()
         metrics.admission_decided("room")
         return True
 
@@ -240,15 +245,17 @@ class FrequencyAdmission:
             else:
                 self._landing[name] = (found[0] - length, self.clock())
 
+    def _take_room(self, name: str, size: int) -> None:
+        """A miss admitted into free room (the lock held): counted, expected to land, kept whole."""
+        self._since += size
+        self._expect(name, size)
+        self._allowed.pop(name, None)
+
     def _expect(self, name: str, size: int) -> None:
         """Admitted bytes that land later, block by block: a measurement taken before they do
         must still count them, or the next decision sees room that is promised (the cache then
         overshoots and eviction.py pushes out an entry the epoch is about to read)."""
-        if len(self._landing) >= RECENT_KEYS_MAX:
-            for old in list(self._landing)[: RECENT_KEYS_MAX // 2]:
-                self._landing.pop(old, None)
-        self._landing.pop(name, None)
-        self._landing[name] = (size, self.clock())
+        remember(self._landing, name, (size, self.clock()))
 
     def _outstanding(self, now: float) -> int:
         """Admitted bytes not landed yet; those of a fill that stopped (a shard's tail never read,
@@ -257,13 +264,6 @@ class FrequencyAdmission:
         for name in stale:
             del self._landing[name]
         return sum(left for left, _ in self._landing.values())
-
-    def _allow(self, name: str, room: int) -> None:
-        if len(self._allowed) >= RECENT_KEYS_MAX:  # forgotten ones fill whole; eviction.py corrects it
-            for old in list(self._allowed)[: RECENT_KEYS_MAX // 2]:
-                self._allowed.pop(old, None)
-        self._allowed.pop(name, None)
-        self._allowed[name] = room
 
     def _replace(self, bucket: str, key: str, size: int, need: int) -> bool:
         """Evict the LRU-end entries covering ``need`` if the candidate outranks every one of them."""
