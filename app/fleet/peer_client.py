@@ -17,13 +17,10 @@ the remote, so two nodes with different views of the fleet cannot bounce a block
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
-from typing import Any, BinaryIO, Protocol, cast
+from typing import BinaryIO, Protocol, cast
 from urllib.parse import urlencode
-
-import urllib3
 
 from app import metrics
 from app.adapters.catalog.control.nodes import LiveNode
@@ -32,6 +29,7 @@ from app.domain.objects import ObjectMeta
 from app.domain.ranges import RangeRequest
 from app.fleet import auth
 from app.fleet.membership import Membership
+from app.fleet.peer_http import PeerAnswer, PeerConnections
 from app.fleet.wire import BLOCK_PATH, META, decode_meta
 from app.services.cache.on_behalf import FILL_TENANT
 
@@ -66,8 +64,7 @@ class PeerBlockSource:
         self.membership = membership
         self.secret = secret
         self.block_size = block_size
-        self.http = urllib3.PoolManager(num_pools=64, maxsize=max_connections, retries=False,
-                                        timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout))
+        self.peers = PeerConnections(connect_timeout, read_timeout, max_idle=max_connections)
 
     def open_range(self, bucket: str, key: str, etag: str, first: int, last: int) -> BinaryIO:
         """A fill's bytes ``first..last`` of version ``etag`` (the cache's ``BlockSource``)."""
@@ -112,16 +109,14 @@ class PeerBlockSource:
         if if_match:
             headers["If-Match"] = if_match
         try:
-            resp = self.http.request("GET", f"http://{peer.address}{BLOCK_PATH}?{query}", headers=headers,
-                                     preload_content=False, redirect=False)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            resp = self.peers.get(peer.address, f"{BLOCK_PATH}?{query}", headers)
+        except OSError as exc:
             self.membership.suspect(peer.node_id)
             raise PeerUnavailable(str(exc)) from exc
         if resp.status in (200, 206) and resp.headers.get(META):
             meta = decode_meta(resp.headers[META])
             return meta, cast(BinaryIO, PeerBody(resp, self, peer, bucket, key, meta, first, last))  # read and closed
-        resp.drain_conn()
-        resp.release_conn()
+        resp.drain()
         if resp.status == 412:
             raise S3Error("PreconditionFailed", "The object changed since this node cached it.")
         if resp.status == 404:
@@ -140,7 +135,7 @@ class PeerBody:
 
     from_peer = True  # the block's owner sent it: the asking node may relay it without a copy
 
-    def __init__(self, resp: Any, source: PeerBlockSource, peer: LiveNode, bucket: str, key: str,
+    def __init__(self, resp: PeerAnswer, source: PeerBlockSource, peer: LiveNode, bucket: str, key: str,
                  meta: ObjectMeta, first: int, last: int | None) -> None:
         self.resp = resp
         self.source = source
@@ -155,7 +150,7 @@ class PeerBody:
             return bytes(self.fallback.read(amt))
         try:
             chunk = self.resp.read1(amt) if amt and amt > 0 else self.resp.read()
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except OSError as exc:
             self.source.membership.suspect(self.peer.node_id)
             return self._switch(exc)
         if not chunk and not self._complete():
@@ -164,16 +159,16 @@ class PeerBody:
         return bytes(chunk)
 
     def readinto(self, buffer: memoryview) -> int:
-        """Up to ``len(buffer)`` bytes straight into ``buffer`` (http.client's own ``readinto``:
-        no intermediate bytes object per chunk, which on a busy machine costs as much as the
-        copy into the cache file); 0 at the end."""
+        """Up to ``len(buffer)`` bytes straight into ``buffer`` (the socket's ``recv_into``: no
+        intermediate bytes object per chunk, which on a busy machine costs as much as the copy
+        into the cache file); 0 at the end."""
         if self.fallback is not None:
             data = self.fallback.read(len(buffer))
             buffer[:len(data)] = data
             return len(data)
         try:
-            n = self.resp._fp.readinto(buffer)  # urllib3's readinto reads into a temporary first
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            n = self.resp.readinto(buffer)
+        except (OSError, ValueError) as exc:
             self.source.membership.suspect(self.peer.node_id)
             data = self._switch(exc, len(buffer))
         else:
@@ -197,10 +192,6 @@ class PeerBody:
         return bytes(self.fallback.read(amt))
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # closing a broken connection
-            if self._complete():
-                self.resp.release_conn()
-            else:
-                self.resp.close()
+        self.resp.close()  # kept for the next block if it was read to its end, else dropped
         if self.fallback is not None:
             self.fallback.close()

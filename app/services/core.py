@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from app.domain.checksums import BodyDigests, verify_expected
 from app.domain.errors import S3Error
@@ -42,6 +41,7 @@ from app.services.multipart.copy_admission import CopyAdmission
 from app.services.multipart.part_copies import PartCopies
 from app.services.multipart.parts_ahead import PartsAhead
 from app.services.ports import BlobPort, JournalPort, PeerVersions, RemotePort, StagedBody, UploadsPort
+from app.services.threads import ThreadHops
 from app.services.writes.admission import KnownBuckets, WriteAdmission
 from app.services.writes.budget import DiskReserve, WriteBudget, slow_down
 from app.services.writes.modes import WriteBack, WriteMode, WriteThrough
@@ -71,7 +71,7 @@ class GatewayCore:
         self.blobs = blobs
         self.remote = remote
         self.region = region
-        self.limiter = anyio.CapacityLimiter(thread_limit)
+        self.threads = ThreadHops(thread_limit, "ferry-io")
         self.part_concurrency = part_concurrency
         self.journal = journal
         self.executor = executor
@@ -162,10 +162,10 @@ class GatewayCore:
         return await self.run(self.blobs.commit, received.staging)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Blocking work (boto3, disk, SQL) runs in threads, bounded by one limiter."""
+        """Blocking work (boto3, disk, SQL) runs in threads, at most ``thread_limit`` at once."""
         if kwargs:
             fn = functools.partial(fn, **kwargs)
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+        return await self.threads.run(fn, *args)
 
 
     # ---- receiving bodies --------------------------------------------------------------------

@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from app.domain.cache import Entry, block_name
 from app.domain.objects import ObjectSummary
@@ -29,6 +28,7 @@ from app.services.cache.scrub import Scrub
 from app.services.cache.sizing import SizingRecorder
 from app.services.control.policies import PolicyBook
 from app.services.ports import BlockSource, BlockStore, CacheIndex, RemotePort
+from app.services.threads import ThreadHops
 from app.services.writes.budget import DiskReserve
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class CacheBase:
         self.budget_bytes = budget_bytes
         self.revalidate_interval = revalidate_interval
         self.copy_reads = copy_reads  # reads of a peer's object before this node keeps a copy (copies.py)
-        self.limiter = anyio.CapacityLimiter(64)
+        self.threads = ThreadHops(64, "ferry-cache")
         self.fetch_limiter = anyio.CapacityLimiter(fetch_concurrency)
         self.inflight: dict[str, Fill] = {}
         self.discovering: dict[tuple[str, str], asyncio.Future[Entry | None]] = {}
@@ -126,7 +126,7 @@ class CacheBase:
         return await self.warm(bucket, key, policy, tenant_id, None)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+        return await self.threads.run(fn, *args)
 
     def spawn(self, work: Awaitable[Any]) -> None:
         """Run ``work`` on the loop without anyone awaiting it; ``stop`` cancels what is left."""

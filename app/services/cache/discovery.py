@@ -28,10 +28,12 @@ class Discovery:
         self.cache = cache
 
     async def discover(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
-                       tenant_id: int | None, *, whole: bool = False, gate: bool = True) -> Entry | None:
+                       tenant_id: int | None, *, whole: bool = False, gate: bool = True,
+                       absent: bool = False) -> Entry | None:
         """Learn the current version with one GET and start caching; single-flight per key.
         ``gate``: a new key passes frequency admission (admission.py) before it is kept; staging
-        does not ask."""
+        does not ask. ``absent``: the caller's lookup just found no row of the key (a first read
+        of an owner's object may then be relayed without the key's lock: ``_relay``)."""
         k = (bucket, key)
         running = self.cache.discovering.get(k)
         if running is not None and running.done() and running.exception() is None:
@@ -50,7 +52,12 @@ class Discovery:
         self.cache.discovering[k] = future
         self.cache.discovery_began[future] = time.time()
         try:
-            entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole, gate)
+            fetched = await self._relay(bucket, key, first_byte, policy, tenant_id, whole) \
+                if absent and gate else None
+            if isinstance(fetched, Entry):
+                entry: Entry | None = fetched
+            else:
+                entry = await self._discover_locked(bucket, key, first_byte, policy, tenant_id, whole, gate, fetched)
         except BaseException as exc:
             self.cache.discovering.pop(k, None)
             future.set_exception(exc)
@@ -63,6 +70,26 @@ class Discovery:
         # else: later readers here share the pending entry until its row is written
         # (_discovery_settled), instead of discovering the object again.
         return entry
+
+    async def _relay(self, bucket: str, key: str, first_byte: int | None, policy: Policy, tenant_id: int | None,
+                     whole: bool) -> Entry | tuple[ObjectMeta, BinaryIO | None] | None:
+        """A first read here of a small object another node owns (copies.py) is relayed, with no
+        row and no copy: it needs neither the key's lock nor a second look at its row, only the
+        owner's answer (one thread hop: the peer's GET, read whole). The entry to serve; else,
+        when the answer is not such an object after all (larger than a block, say), that answer
+        for the locked discovery to use (no second GET); None when no relay is likely."""
+        if (first_byte or 0) >= self.cache.block_size or not self.cache.copies.likely_relay(bucket, key):
+            return None
+        started = time.time()
+        with on_behalf_of(tenant_id):  # a peer that serves the block charges this tenant
+            meta, body = await self.cache.run(self._fetch_first, bucket, key, 0, whole)
+        if not isinstance(body, SmallBody) or not self.cache.copies.relay_only(bucket, key, meta, True):
+            return meta, body
+        rec = Recording(meta, bucket, self.cache.block_size, tenant_id, policy.pinned, started, 0, None, None,
+                        refused=True, relayed=True, data=body.getvalue())
+        metrics.peer_relayed()
+        rec.settle(None)  # no row and no lock: nothing to release
+        return rec.provisional()
 
     def settle(self, rec: Recording, block_bytes: int, loop: asyncio.AbstractEventLoop) -> Entry | None:
         """Write a discovered version's row (in a thread); always releases the discovery. A
@@ -95,7 +122,8 @@ class Discovery:
 
     def release_discovery(self, rec: Recording, entry_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
         rec.settle(entry_id)
-        self.cache.store.unlock(rec.lock)
+        if rec.lock is not None:
+            self.cache.store.unlock(rec.lock)
         loop.call_soon_threadsafe(self._discovery_settled, rec)
 
     def _discovery_settled(self, rec: Recording) -> None:
@@ -107,7 +135,8 @@ class Discovery:
                 self.cache.discovering.pop(k, None)
 
     async def _discover_locked(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
-                               tenant_id: int | None, whole: bool, gate: bool) -> Entry | None:
+                               tenant_id: int | None, whole: bool, gate: bool,
+                               fetched_first: tuple[ObjectMeta, BinaryIO | None] | None = None) -> Entry | None:
         lock = meta_lock_name(bucket, key)
         started = time.time()
         delay = LOCK_POLL
@@ -122,8 +151,12 @@ class Discovery:
         handed_off = False  # True once the lock is the Recording's to release
         try:
             index = (first_byte // self.cache.block_size) if first_byte is not None else 0
-            with on_behalf_of(tenant_id):  # a peer that serves the block charges this tenant
-                old, fetched = await self.cache.run(self._look_and_fetch, bucket, key, index, whole, started, policy)
+            if fetched_first is not None:  # block 0's answer, fetched by _relay before the lock
+                old, fetched = await self.cache.run(self._look_with, bucket, key, fetched_first, started, policy)
+            else:
+                with on_behalf_of(tenant_id):  # a peer that serves the block charges this tenant
+                    old, fetched = await self.cache.run(self._look_and_fetch, bucket, key, index, whole, started,
+                                                        policy)
             if fetched is None:
                 return old  # another process discovered it while we waited
             meta, body = fetched
@@ -201,11 +234,25 @@ class Discovery:
                         policy: Policy) -> tuple[Entry | None, tuple[ObjectMeta, BinaryIO | None] | None]:
         """In one thread (one hop, not two): the key's row read again under the lock, then,
         unless another process discovered the version meanwhile (the row, and no GET), the GET."""
+        old, discovered = self._row_again(bucket, key, started, policy)
+        return old, None if discovered else self._fetch_first(bucket, key, index, whole)
+
+    def _look_with(self, bucket: str, key: str, fetched: tuple[ObjectMeta, BinaryIO | None], started: float,
+                   policy: Policy) -> tuple[Entry | None, tuple[ObjectMeta, BinaryIO | None] | None]:
+        """``_look_and_fetch`` for an answer fetched before the lock (``_relay``): dropped if
+        another process discovered the version meanwhile."""
+        old, discovered = self._row_again(bucket, key, started, policy)
+        if not discovered:
+            return old, fetched
+        if fetched[1] is not None:
+            fetched[1].close()
+        return old, None
+
+    def _row_again(self, bucket: str, key: str, started: float, policy: Policy) -> tuple[Entry | None, bool]:
+        """The key's row, and whether it is a version another process discovered since ``started``."""
         old = self.cache.index.get(bucket, key)
-        if old is not None and old.state == CacheState.READY and (
-                old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time())):
-            return old, None
-        return old, self._fetch_first(bucket, key, index, whole)
+        return old, old is not None and old.state == CacheState.READY and (
+            old.validated_at >= started - 1 or policy.is_fresh(old.validated_at, time.time()))
 
     def _fetch_first(self, bucket: str, key: str, index: int, whole: bool) -> tuple[ObjectMeta, BinaryIO | None]:
         """One GET of block ``index``: the metadata from its headers, the body for the block.

@@ -168,7 +168,7 @@ class ReadCache(CacheBase):
                     return None  # read through, exactly the range asked for
                 gate = False  # admitted (and room made): the discovery keeps it
             entry = await self.discovery.discover(bucket, key, wanted.first_byte, policy, tenant_id,
-                                                  whole=wanted.spec is None, gate=gate)
+                                                  whole=wanted.spec is None, gate=gate, absent=known is None)
             if entry is None:
                 _outcome("miss", bucket, tenant_id)
                 return None

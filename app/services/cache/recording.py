@@ -30,7 +30,7 @@ class Recording:
     pinned: bool
     started: float  # when the discovery began: a write after it means "do not cache"
     cached_bytes: int  # bytes of this same version already cached (a re-discovery)
-    lock: str  # the discovery lock, released once the row is written (or given up)
+    lock: str | None  # the discovery lock, released once the row is written (None: a lock-free relay)
     replaced: Entry | None  # the previous version's row, whose blocks go with it
     ranged: bool = False  # discovered by a ranged GET: S3 sent no stored checksums with it
     refused: bool = False  # frequency admission said no: the discovery's bytes are served, not kept
