@@ -10,9 +10,11 @@ per ``--variant`` (``NAME=VALUE`` pairs separated by ``;`` added to the nodes' e
 the node that owns them (the owner's copy), then, ``--threads`` at a time, every object whose
 owner is node 0 is read through node 1 (``peer``: relayed from the owner, never copied:
 ``FERRY_FLEET_COPY_READS`` 255) and through node 0 (``hit``). Prints GETs a second and the CPU
-both nodes spent per GET (every thread of both processes, from /proc): on this 2-core machine
-the rate is bounded by that CPU, which is also the figure that carries to a bigger node.
-``--spy DIR`` records each node with py-spy during the peer phase of the last run.
+both nodes spent per GET (every thread of both processes, from /proc), and apart, the CPU of
+the PostgreSQL backends serving the fleet's database (the catalog's side of each lookup): on
+this 2-core machine the rate is bounded by that CPU, which is also the figure that carries to a
+bigger node. ``--spy DIR`` records each node with py-spy (GIL holders only: the Python CPU)
+during both phases of the last run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from app.domain.ownership import block_key, owner
 from bench.au_prefix import variants_of
@@ -66,14 +70,22 @@ def _stop(spies: list[subprocess.Popen[bytes]]) -> None:
         p.wait(30)
 
 
+def _catalog_pids(database: str) -> list[int]:
+    """The PostgreSQL server processes serving the fleet's database (its backends)."""
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True) as admin:
+        rows = admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (database,)).fetchall()
+    return [int(r[0]) for r in rows]
+
+
 def _phase(client: Any, bucket: str, keys: list[str], threads: int, pids: list[int],
-           rounds: int) -> dict[str, float]:
+           rounds: int, database: str) -> dict[str, float]:
     def get(key: str) -> int:
         return len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(get, keys[: threads * 2]))  # connections open, code paths warm
         user = _user_seconds(pids)
+        catalog = CpuMeter(_catalog_pids(database))  # backends opened mid-phase are not counted
         meters, started = [CpuMeter([pid]) for pid in pids], time.perf_counter()
         for _ in range(rounds):
             list(pool.map(get, keys))
@@ -81,7 +93,8 @@ def _phase(client: Any, bucket: str, keys: list[str], threads: int, pids: list[i
     gets = rounds * len(keys)
     each = [1000 * (m.seconds() or 0.0) / gets for m in meters]
     user_ms = 1000 * (_user_seconds(pids) - user) / gets
-    return {"rate": gets / wall, "cpu_ms": sum(each), "owner_ms": each[0], "asker_ms": each[1], "user_ms": user_ms}
+    return {"rate": gets / wall, "cpu_ms": sum(each), "owner_ms": each[0], "asker_ms": each[1], "user_ms": user_ms,
+            "catalog_ms": 1000 * (catalog.seconds() or 0.0) / gets}
 
 
 def one_run(weed: SeaweedServer, args: argparse.Namespace, variant: dict[str, str], spy: Path | None) -> dict[str, Any]:
@@ -105,10 +118,10 @@ def one_run(weed: SeaweedServer, args: argparse.Namespace, variant: dict[str, st
                 list(pool.map(lambda k: clients[0].get_object(Bucket=bucket, Key=k)["Body"].read(), mine))
             time.sleep(1.0)  # the fills' rows and accounting settle
             spies = _spies(spy, pids, "hit") if spy is not None else []
-            hit = _phase(clients[0], bucket, mine, args.threads, pids, args.rounds)
+            hit = _phase(clients[0], bucket, mine, args.threads, pids, args.rounds, name)
             _stop(spies)
             spies = _spies(spy, pids, "peer") if spy is not None else []
-            peer = _phase(clients[1], bucket, mine, args.threads, pids, args.rounds)
+            peer = _phase(clients[1], bucket, mine, args.threads, pids, args.rounds, name)
             _stop(spies)
             return {"hit": hit, "peer": peer, "objects": len(mine)}
     finally:
@@ -135,18 +148,19 @@ def main(argv: list[str] | None = None) -> None:
                 row = one_run(weed, args, variant, args.spy if last else None)
                 results.setdefault(json.dumps(variant), []).append(row)
                 print(f"run {run} {json.dumps(variant)}: {row['objects']} objects; "
-                      f"hit {row['hit']['rate']:.0f}/s {row['hit']['cpu_ms']:.2f} ms CPU; "
+                      f"hit {row['hit']['rate']:.0f}/s {row['hit']['cpu_ms']:.2f} ms CPU "
+                      f"(catalog {row['hit']['catalog_ms']:.2f}); "
                       f"peer {row['peer']['rate']:.0f}/s {row['peer']['cpu_ms']:.2f} ms CPU "
                       f"(owner {row['peer']['owner_ms']:.2f}, asker {row['peer']['asker_ms']:.2f}; "
-                      f"user {row['peer']['user_ms']:.2f})", flush=True)
-    print("| variant | hit GETs/s | hit CPU ms per GET | peer GETs/s | peer CPU ms per GET (owner + asker) "
-          "| peer/hit CPU |\n|---|---|---|---|---|---|")
+                      f"user {row['peer']['user_ms']:.2f}; catalog {row['peer']['catalog_ms']:.2f})", flush=True)
+    print("| variant | hit GETs/s | hit CPU ms per GET (+ catalog) | peer GETs/s | peer CPU ms per GET "
+          "(owner + asker) | peer: catalog CPU ms | peer/hit CPU |\n|---|---|---|---|---|---|---|")
     for name, rows in results.items():
         med = {f"{k} {m}": statistics.median(r[k][m] for r in rows)
-               for k in ("hit", "peer") for m in ("rate", "cpu_ms", "owner_ms", "asker_ms")}
-        print(f"| {name} | {med['hit rate']:.0f} | {med['hit cpu_ms']:.2f} | {med['peer rate']:.0f} | "
-              f"{med['peer cpu_ms']:.2f} ({med['peer owner_ms']:.2f} + {med['peer asker_ms']:.2f}) | "
-              f"{med['peer cpu_ms'] / med['hit cpu_ms']:.1f}x |")
+               for k in ("hit", "peer") for m in ("rate", "cpu_ms", "owner_ms", "asker_ms", "catalog_ms")}
+        print(f"| {name} | {med['hit rate']:.0f} | {med['hit cpu_ms']:.2f} (+ {med['hit catalog_ms']:.2f}) | "
+              f"{med['peer rate']:.0f} | {med['peer cpu_ms']:.2f} ({med['peer owner_ms']:.2f} + "
+              f"{med['peer asker_ms']:.2f}) | {med['peer catalog_ms']:.2f} | {med['peer cpu_ms'] / med['hit cpu_ms']:.1f}x |")
 
 
 if __name__ == "__main__":

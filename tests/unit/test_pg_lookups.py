@@ -19,6 +19,7 @@ from app.adapters.catalog.cache.index import CacheIndex
 from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal.journal import Journal
 from app.adapters.catalog.migrate import upgrade
+from app.adapters.catalog.tables import ObjectVersion, table
 from app.domain.errors import CatalogUnavailable
 from app.domain.objects import ObjectMeta
 from tests.unit.test_catalog_unavailable import closed_port
@@ -111,4 +112,38 @@ def test_connections_are_bounded_and_reused(fresh_postgres_url: str) -> None:
     assert len(lookups._idle) <= 8
     lookups.close()
     assert not lookups._idle
+    engine.dispose()
+
+
+def test_a_gets_two_lookups_in_one_statement_answer_as_the_two_do(fresh_postgres_url: str) -> None:
+    """``newest_and_entry`` (a fleet GET's one round trip) answers what ``newest_version`` and
+    ``cache_entry`` answer, for a key with neither, with a cache row only, and with both; and
+    the reads service's ``dirty_row`` of it is ``latest_dirty``'s answer."""
+    upgrade(fresh_postgres_url)
+    engine = make_engine(fresh_postgres_url)
+    index, journal = CacheIndex(engine, "node-a"), Journal(engine, "node-a")
+    lookups = index.lookups
+    assert isinstance(lookups, PgLookups)
+
+    def agree(key: str) -> None:
+        newest, raw = lookups.newest_and_entry("node-a", "b", key)
+        assert newest == lookups.newest_version("b", key)
+        assert raw == lookups.cache_entry("node-a", "b", key)
+        both = index.get_with_newest("b", key)
+        assert both is not None and both[1] == index.get("b", key)
+        assert journal.dirty_row(both[0]) == journal.latest_dirty("b", key)
+
+    agree("none")
+    index.put_ready(meta("cached"), "b", 1 << 20, None, False, time.time(), cached_bytes=5)
+    agree("cached")
+    versions = table(ObjectVersion)
+    with engine.begin() as conn:
+        for state in ("durable", "buffered"):  # the newest is the one that counts: a buffered write
+            conn.execute(versions.insert().values(bucket="b", key="cached", op="put", state=state,
+                                                  created_at=datetime.now(UTC), etag="e2", size=5))
+    agree("cached")
+    newest, raw = lookups.newest_and_entry("node-a", "b", "cached")
+    assert newest is not None and newest[1] == "buffered" and raw is not None
+    assert journal.dirty_row(newest) is not None
+    assert lookups.newest_and_entry("node-b", "b", "cached")[1] is None  # another node's row is not ours
     engine.dispose()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from app import metrics
@@ -19,6 +20,21 @@ from app.services.cache.base import LOCK_POLL, LOCK_POLL_MAX, CacheBase
 from app.services.cache.copies import SmallBody, read_small
 from app.services.cache.on_behalf import on_behalf_of
 from app.services.cache.recording import PendingEntry, Recording
+
+
+@dataclass
+class EarlyAnswer:
+    """Block 0's answer, fetched before the key's lock (``Discovery._relay``) and handed to the
+    locked discovery: ``started`` is when it was asked for, so a write after that still keeps
+    the version out of the cache (put_ready's check), however long the lock took."""
+
+    started: float
+    meta: ObjectMeta
+    body: BinaryIO | None
+
+    def close(self) -> None:
+        if self.body is not None:
+            self.body.close()
 
 
 class Discovery:
@@ -72,7 +88,7 @@ class Discovery:
         return entry
 
     async def _relay(self, bucket: str, key: str, first_byte: int | None, policy: Policy, tenant_id: int | None,
-                     whole: bool) -> Entry | tuple[ObjectMeta, BinaryIO | None] | None:
+                     whole: bool) -> Entry | EarlyAnswer | None:
         """A first read here of a small object another node owns (copies.py) is relayed, with no
         row and no copy: it needs neither the key's lock nor a second look at its row, only the
         owner's answer (one thread hop: the peer's GET, read whole). The entry to serve; else,
@@ -84,7 +100,7 @@ class Discovery:
         with on_behalf_of(tenant_id):  # a peer that serves the block charges this tenant
             meta, body = await self.cache.run(self._fetch_first, bucket, key, 0, whole)
         if not isinstance(body, SmallBody) or not self.cache.copies.relay_only(bucket, key, meta, True):
-            return meta, body
+            return EarlyAnswer(started, meta, body)
         rec = Recording(meta, bucket, self.cache.block_size, tenant_id, policy.pinned, started, 0, None, None,
                         refused=True, relayed=True, data=body.getvalue())
         metrics.peer_relayed()
@@ -136,23 +152,28 @@ class Discovery:
 
     async def _discover_locked(self, bucket: str, key: str, first_byte: int | None, policy: Policy,
                                tenant_id: int | None, whole: bool, gate: bool,
-                               fetched_first: tuple[ObjectMeta, BinaryIO | None] | None = None) -> Entry | None:
+                               early: EarlyAnswer | None = None) -> Entry | None:
         lock = meta_lock_name(bucket, key)
-        started = time.time()
+        started = time.time() if early is None else early.started
         delay = LOCK_POLL
         waited_since: float | None = None
-        while (bucket, key) in self.cache.sweeping or not self.cache.store.try_lock(lock):
-            if waited_since is None:
-                waited_since = time.monotonic()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, LOCK_POLL_MAX)
+        try:
+            while (bucket, key) in self.cache.sweeping or not self.cache.store.try_lock(lock):
+                if waited_since is None:
+                    waited_since = time.monotonic()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LOCK_POLL_MAX)
+        except BaseException:
+            if early is not None:
+                early.close()
+            raise
         if waited_since is not None:
             metrics.singleflight_waited(time.monotonic() - waited_since)
         handed_off = False  # True once the lock is the Recording's to release
         try:
             index = (first_byte // self.cache.block_size) if first_byte is not None else 0
-            if fetched_first is not None:  # block 0's answer, fetched by _relay before the lock
-                old, fetched = await self.cache.run(self._look_with, bucket, key, fetched_first, started, policy)
+            if early is not None:  # block 0's answer, fetched by _relay before the lock
+                old, fetched = await self.cache.run(self._look_with, bucket, key, early, policy)
             else:
                 with on_behalf_of(tenant_id):  # a peer that serves the block charges this tenant
                     old, fetched = await self.cache.run(self._look_and_fetch, bucket, key, index, whole, started,
@@ -237,15 +258,18 @@ class Discovery:
         old, discovered = self._row_again(bucket, key, started, policy)
         return old, None if discovered else self._fetch_first(bucket, key, index, whole)
 
-    def _look_with(self, bucket: str, key: str, fetched: tuple[ObjectMeta, BinaryIO | None], started: float,
+    def _look_with(self, bucket: str, key: str, early: EarlyAnswer,
                    policy: Policy) -> tuple[Entry | None, tuple[ObjectMeta, BinaryIO | None] | None]:
         """``_look_and_fetch`` for an answer fetched before the lock (``_relay``): dropped if
         another process discovered the version meanwhile."""
-        old, discovered = self._row_again(bucket, key, started, policy)
+        try:
+            old, discovered = self._row_again(bucket, key, early.started, policy)
+        except BaseException:
+            early.close()
+            raise
         if not discovered:
-            return old, fetched
-        if fetched[1] is not None:
-            fetched[1].close()
+            return old, (early.meta, early.body)
+        early.close()
         return old, None
 
     def _row_again(self, bucket: str, key: str, started: float, policy: Policy) -> tuple[Entry | None, bool]:

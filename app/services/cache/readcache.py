@@ -107,6 +107,11 @@ class ReadCache(CacheBase):
         thread), for a caller that reads it with other state and passes it back as ``known``."""
         return self.index.get(bucket, key)
 
+    def lookup_with_newest(self, bucket: str, key: str) -> tuple[tuple[int, str] | None, Entry | None] | None:
+        """The key's newest journal version (seq, state) and its entry in one round trip, where
+        the index can (a PostgreSQL catalog); None: ask ``lookup`` and the journal apart."""
+        return self.index.get_with_newest(bucket, key)
+
     def changed_since(self, bucket: str, key: str, since: float) -> bool:
         """Whether a write of the key was accepted or destaged since ``since`` (wall time), or one
         is still dirty: bytes of the key read from the remote before then may be the older

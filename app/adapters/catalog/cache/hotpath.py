@@ -81,6 +81,17 @@ class SqliteLookups:
 
 PG_NEWEST_VERSION = NEWEST_VERSION.replace("?", "%s")
 PG_CACHE_ENTRY = CACHE_ENTRY.replace("?", "%s")
+# Both of a GET's lookups in one statement and one round trip (a fleet's GET asked twice: the
+# catalog server's CPU per statement is the fleet's, docs/benchmarks.md "Peer reads under load").
+# One row always: the newest version's (seq, state), NULLs if none, then the cache row's columns.
+PG_NEWEST_AND_ENTRY = (
+    "SELECT v.seq, v.state, c.id, c.bucket, c.key, c.etag, c.size, c.block_size, c.meta_json, c.tenant_id, "
+    "c.state, c.cached_bytes, c.validated_at, c.last_access FROM (SELECT 1) AS one "
+    "LEFT JOIN LATERAL (SELECT seq, state FROM object_versions WHERE bucket = %(b)s AND key = %(k)s "
+    "ORDER BY seq DESC LIMIT 1) AS v ON true "
+    "LEFT JOIN LATERAL (SELECT id, bucket, key, etag, size, block_size, meta_json, tenant_id, state, cached_bytes, "
+    "validated_at, last_access FROM cache_entries WHERE node_id = %(n)s AND bucket = %(b)s AND key = %(k)s) "
+    "AS c ON true")
 PG_IDLE_KEPT = 8  # connections kept between lookups (more are opened under load, then closed)
 PG_OPEN_MAX = 16  # connections open at once per process: the server's max_connections is shared
 
@@ -126,7 +137,7 @@ class PgLookups:
                 return
         conn.close()
 
-    def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    def _one(self, sql: str, params: tuple[Any, ...] | dict[str, Any]) -> tuple[Any, ...] | None:
         import psycopg
 
         with self._open:
@@ -158,6 +169,15 @@ class PgLookups:
 
     def cache_entry(self, node_id: str, bucket: str, key: str) -> tuple[Any, ...] | None:
         return self._one(PG_CACHE_ENTRY, (node_id, bucket, key))
+
+    def newest_and_entry(self, node_id: str, bucket: str,
+                         key: str) -> tuple[tuple[int, str] | None, tuple[Any, ...] | None]:
+        """``newest_version`` and ``cache_entry`` in one round trip (one snapshot, too)."""
+        row = self._one(PG_NEWEST_AND_ENTRY, {"n": node_id, "b": bucket, "k": key})
+        if row is None:  # not reached: the statement always answers one row
+            return None, None
+        newest = (int(row[0]), str(row[1])) if row[0] is not None else None
+        return newest, (tuple(row[2:]) if row[2] is not None else None)
 
     def close(self) -> None:
         with self._lock:

@@ -28,7 +28,7 @@ from app.adapters.catalog.cache.entry_rows import (
     lock_key_entries,
     meta_to_json,
 )
-from app.adapters.catalog.cache.hotpath import lookups_for
+from app.adapters.catalog.cache.hotpath import PgLookups, lookups_for
 from app.adapters.catalog.engine import writer
 from app.adapters.catalog.tables import ObjectVersion, Tenant, table
 from app.adapters.catalog.uploads.remote_opening import key_lock_id
@@ -93,22 +93,33 @@ class CacheIndex:
 
     def get(self, bucket: str, key: str) -> Entry | None:
         if self.lookups is not None:
-            raw = self.lookups.cache_entry(self.node_id, bucket, key)
-            if raw is None:
-                return None
-            # The lookups' memo hands back the same row object until the catalog changes: its
-            # decoded Entry (the metadata's JSON) is reused with it. Entries are never mutated.
-            known = self._decoded.get((bucket, key))
-            if known is not None and known[0] is raw:
-                return known[1]
-            if len(self._decoded) >= DECODED_SIZE:
-                self._decoded.clear()
-            entry = entry_from_row(Row(*raw))
-            self._decoded[(bucket, key)] = (raw, entry)
-            return entry
+            return self._entry_of(bucket, key, self.lookups.cache_entry(self.node_id, bucket, key))
         with self.engine.connect() as conn:
             row = conn.execute(self._get, {"n": self.node_id, "b": bucket, "k": key}).first()
         return entry_from_row(row) if row is not None else None
+
+    def get_with_newest(self, bucket: str, key: str) -> tuple[tuple[int, str] | None, Entry | None] | None:
+        """The key's newest journal version (seq, state) and this node's cache row, in one round
+        trip where the catalog is a server (a GET asks both); None elsewhere (SQLite answers each
+        from memory between commits: the caller asks them one by one)."""
+        if not isinstance(self.lookups, PgLookups):
+            return None
+        newest, raw = self.lookups.newest_and_entry(self.node_id, bucket, key)
+        return newest, self._entry_of(bucket, key, raw)
+
+    def _entry_of(self, bucket: str, key: str, raw: tuple[Any, ...] | None) -> Entry | None:
+        if raw is None:
+            return None
+        # The lookups' memo hands back the same row object until the catalog changes: its
+        # decoded Entry (the metadata's JSON) is reused with it. Entries are never mutated.
+        known = self._decoded.get((bucket, key))
+        if known is not None and known[0] is raw:
+            return known[1]
+        if len(self._decoded) >= DECODED_SIZE:
+            self._decoded.clear()
+        entry = entry_from_row(Row(*raw))
+        self._decoded[(bucket, key)] = (raw, entry)
+        return entry
 
     def put_ready(self, meta: ObjectMeta, bucket: str, block_size: int, tenant_id: int | None,
                   pinned: bool, started: float, cached_bytes: int = 0) -> Entry | None:

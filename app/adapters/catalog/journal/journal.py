@@ -95,6 +95,11 @@ class Journal(DestageMoves):
             with self.engine.connect() as conn:
                 found = conn.execute(NEWEST_ROW, {"b": bucket, "k": key}).first()
             newest = (found.seq, found.state) if found is not None else None
+        return self.dirty_row(newest)
+
+    def dirty_row(self, newest: tuple[int, str] | None) -> VersionRow | None:
+        """``latest_dirty``'s answer from the key's newest (seq, state), looked up by the caller
+        (with the cache row, in one statement: ``CacheIndex.get_with_newest``)."""
         if newest is None or newest[1] not in DIRTY_VALUES:
             return None
         with self.sessions() as s:
