@@ -10,10 +10,12 @@ data_version`` moves whenever any other connection commits (another thread's eng
 ``--workers`` process, the Celery worker), and this connection never writes. So a repeated
 lookup costs that one pragma instead of the query, and the next lookup after any commit
 (a write, a destage, an eviction, a revalidation) runs the query again: never staler than
-the catalog. A PostgreSQL catalog (fleet) has no such counter: ``PgLookups`` asks the server every time, but in
-one round trip, and a GET's two lookups in one statement (``newest_and_entry``). Through the SQLAlchemy pool a point lookup cost four (the checkout's ping, BEGIN,
-the query, the ROLLBACK that returns the connection), counted in the server's statement log of a
-fleet's hit; here each lookup is a prepared statement on an autocommit connection.
+the catalog. A PostgreSQL catalog (fleet) has no such counter: ``PgLookups`` asks the server
+every time, but in one round trip, and a GET's two lookups in one statement
+(``newest_and_entry``). Through the SQLAlchemy pool a point lookup cost four (the checkout's
+ping, BEGIN, the query, the ROLLBACK that returns the connection), counted in the server's
+statement log of a fleet's hit; here each lookup is a prepared statement on an autocommit
+connection.
 """
 
 from __future__ import annotations
