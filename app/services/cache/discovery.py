@@ -155,20 +155,12 @@ class Discovery:
                                early: EarlyAnswer | None = None) -> Entry | None:
         lock = meta_lock_name(bucket, key)
         started = time.time() if early is None else early.started
-        delay = LOCK_POLL
-        waited_since: float | None = None
         try:
-            while (bucket, key) in self.cache.sweeping or not self.cache.store.try_lock(lock):
-                if waited_since is None:
-                    waited_since = time.monotonic()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, LOCK_POLL_MAX)
+            await self._take_lock(bucket, key, lock)
         except BaseException:
             if early is not None:
                 early.close()
             raise
-        if waited_since is not None:
-            metrics.singleflight_waited(time.monotonic() - waited_since)
         handed_off = False  # True once the lock is the Recording's to release
         try:
             index = (first_byte // self.cache.block_size) if first_byte is not None else 0
@@ -211,6 +203,19 @@ class Discovery:
         finally:
             if not handed_off:
                 self.cache.store.unlock(lock)
+
+    async def _take_lock(self, bucket: str, key: str, lock: str) -> None:
+        """The key's discovery lock (cross-process), polled with backoff while another process
+        holds it or the janitor is dropping the key's row; the wait is a single-flight metric."""
+        delay = LOCK_POLL
+        waited_since: float | None = None
+        while (bucket, key) in self.cache.sweeping or not self.cache.store.try_lock(lock):
+            if waited_since is None:
+                waited_since = time.monotonic()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LOCK_POLL_MAX)
+        if waited_since is not None:
+            metrics.singleflight_waited(time.monotonic() - waited_since)
 
     async def _judge(self, rec: Recording, newcomer: bool, body: BinaryIO | None, policy: Policy,
                      first_byte: int | None) -> None:
