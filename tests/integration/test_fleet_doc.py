@@ -45,7 +45,7 @@ from tests.support.gateway import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, GatewayPr
 from tests.support.procs import run_bounded
 from tests.support.run_profile import ROOT, copy_build_context, empty_venv
 
-pytestmark = pytest.mark.fleet
+pytestmark = [pytest.mark.fleet, pytest.mark.timeout(900)]  # pip install alone is bounded at 600 s
 
 REDIS_DB = 10  # a Redis db of its own; node ids (so queue names) carry a uuid as well
 FLEET_SECRET = "fleet-doc-secret-0123456789abcdef"
