@@ -147,3 +147,18 @@ def test_a_gets_two_lookups_in_one_statement_answer_as_the_two_do(fresh_postgres
     assert journal.dirty_row(newest) is not None
     assert lookups.newest_and_entry("node-b", "b", "cached")[1] is None  # another node's row is not ours
     engine.dispose()
+
+
+def test_bytes_with_reads_the_total_and_each_keys_ready_bytes_at_once(engine: Engine) -> None:
+    """Admission's measurement (``CacheIndex.bytes_with``): this node's total and the ready rows
+    of the named keys, in one statement; another node's rows and invalid rows are not a key's."""
+    index, other = CacheIndex(engine, "node-a"), CacheIndex(engine, "node-b")
+    assert index.bytes_with([]) == (0, {})
+    index.put_ready(meta("k1"), "b", 1 << 20, None, False, time.time(), cached_bytes=5)
+    index.put_ready(meta("k2"), "b", 1 << 20, None, False, time.time(), cached_bytes=3)
+    other.put_ready(meta("k3"), "b", 1 << 20, None, False, time.time(), cached_bytes=7)
+    assert index.bytes_with([]) == (8, {})
+    assert index.bytes_with([("b", "k1"), ("b", "k3"), ("c", "k2")]) == (8, {("b", "k1"): 5})
+    index.invalidate("b", "k2")
+    total, held = index.bytes_with([("b", "k2"), ("b", "k1")])
+    assert held == {("b", "k1"): 5} and total == index.total_bytes()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from app import metrics
@@ -50,6 +51,7 @@ USAGE_REFRESH_SECONDS = 1.0  # the budget's use is measured at most this often (
 VICTIMS_LOOKED_AT = 256  # LRU-end entries a decision may look through for room
 BATCH = 128  # reads buffered before they are counted (every count is read after a replay)
 LANDING_SECONDS = 10.0  # an admitted object's bytes not landed this long after its last block are let go
+MEASURED_KEYS_MAX = 1000  # landing objects whose rows a measurement reads (the rest by their own count)
 
 
 V = TypeVar("V")
@@ -63,6 +65,18 @@ def remember(table: dict[str, V], name: str, value: V) -> None:
             table.pop(old, None)
     table.pop(name, None)
     table[name] = value
+
+
+@dataclass(slots=True)
+class Landing:
+    """An admitted object whose bytes are still landing: ``admitted`` promised, ``landed`` so far
+    (as its fills said), ``since`` the admission or the last block that landed."""
+
+    bucket: str
+    key: str
+    admitted: int
+    landed: int
+    since: float
 
 
 def sketch_for(budget_bytes: int) -> FrequencySketch:
@@ -93,7 +107,7 @@ class FrequencyAdmission:
         self._measured = 0
         self._measured_at: float | None = None
         self._since = 0  # bytes admitted (less bytes evicted) since the last measurement
-        self._landing: dict[str, tuple[int, float]] = {}  # key -> (admitted bytes not yet landed, since)
+        self._landing: dict[str, Landing] = {}  # key -> its admitted bytes still landing
         self._recent: dict[str, float] = {}  # key -> when it was last counted
         self._refused: dict[str, tuple[int, float]] = {}  # key -> (size, when) of a recent refusal
         self._allowed: dict[str, int] = {}  # key admitted in part -> bytes its fills may still keep
@@ -240,10 +254,10 @@ class FrequencyAdmission:
             found = self._landing.get(name)
             if found is None:
                 return
-            if found[0] <= length:
+            found.landed += length
+            found.since = self.clock()
+            if found.landed >= found.admitted:
                 del self._landing[name]
-            else:
-                self._landing[name] = (found[0] - length, self.clock())
 
     def _take_room(self, name: str, size: int) -> None:
         """A miss admitted into free room (the lock held): counted, expected to land, kept whole."""
@@ -255,15 +269,26 @@ class FrequencyAdmission:
         """Admitted bytes that land later, block by block: a measurement taken before they do
         must still count them, or the next decision sees room that is promised (the cache then
         overshoots and eviction.py pushes out an entry the epoch is about to read)."""
-        remember(self._landing, name, (size, self.clock()))
+        bucket, key = name.split("/", 1)  # a bucket name holds no '/'
+        remember(self._landing, name, Landing(bucket, key, size, 0, self.clock()))
 
-    def _outstanding(self, now: float) -> int:
-        """Admitted bytes not landed yet; those of a fill that stopped (a shard's tail never read,
-        a failed fetch) are let go ``LANDING_SECONDS`` after the last block that did land."""
-        stale = [name for name, (_, since) in self._landing.items() if now - since >= LANDING_SECONDS]
+    def _measure(self, now: float) -> tuple[int, int]:
+        """The cached bytes, and the admitted bytes not landed yet, from one snapshot of the
+        index: a landing object's promise is what its row does not hold yet. (Counted from the
+        fills' own reports instead, a block whose row was written before a measurement and
+        reported after it was counted twice until the next one: a shard admitted then got only
+        part of the room that was free, and an epoch in key order hit 7 shards of 8.) Promises of
+        a fill that stopped (a shard's tail never read, a failed fetch) are let go
+        ``LANDING_SECONDS`` after the last block that did land."""
+        stale = [name for name, found in self._landing.items() if now - found.since >= LANDING_SECONDS]
         for name in stale:
             del self._landing[name]
-        return sum(left for left, _ in self._landing.values())
+        landing = list(self._landing.values())
+        looked = landing[:MEASURED_KEYS_MAX]
+        total, held = self.index.bytes_with([(found.bucket, found.key) for found in looked])
+        promised = sum(max(0, found.admitted - held.get((found.bucket, found.key), 0)) for found in looked)
+        promised += sum(max(0, found.admitted - found.landed) for found in landing[MEASURED_KEYS_MAX:])
+        return total, promised
 
     def _replace(self, bucket: str, key: str, size: int, need: int) -> bool:
         """Evict the LRU-end entries covering ``need`` if the candidate outranks every one of them."""
@@ -297,11 +322,10 @@ class FrequencyAdmission:
     def _used(self) -> int:
         """Cached plus dirty bytes: measured at most every ``USAGE_REFRESH_SECONDS``, plus what
         this process admitted since. Fills land after their decision, block by block: a fresh
-        measurement starts from the admitted bytes still to land (a block accounted between the
-        SUM and ``landed`` counts twice for a moment: the safe side)."""
+        measurement starts from the admitted bytes still to land (``_measure``)."""
         now = self.clock()
         if self._measured_at is None or now - self._measured_at >= USAGE_REFRESH_SECONDS:
-            self._measured = self.index.total_bytes() + self.dirty_bytes()
+            cached, self._since = self._measure(now)
+            self._measured = cached + self.dirty_bytes()
             self._measured_at = now
-            self._since = self._outstanding(now)
         return self._measured + self._since

@@ -10,10 +10,25 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, insert, or_, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    text,
+    tuple_,
+    union_all,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from app.adapters.catalog.cache.entry_rows import (
@@ -296,6 +311,28 @@ class CacheIndex:
             q = q.where(T.c.bucket == bucket)
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar() or 0)
+
+    def bytes_with(self, keys: Collection[tuple[str, str]]) -> tuple[int, dict[tuple[str, str], int]]:
+        """This node's cached bytes, and those of each of ``keys`` (bucket, key), from one
+        statement, so one snapshot: admission's measurement, whose promised bytes are what the
+        ready rows of the keys it admitted do not hold yet (a block counted in both the total and the
+        promise would shrink the budget until the next measurement)."""
+        node = T.c.node_id == self.node_id
+        whole = select(literal(""), literal(""), func.coalesce(func.sum(T.c.cached_bytes), 0)).where(node)
+        if not keys:
+            with self.engine.connect() as conn:
+                return int(conn.execute(whole).one()[2] or 0), {}
+        each = (select(T.c.bucket, T.c.key, func.sum(T.c.cached_bytes))
+                .where(node, T.c.state == CacheState.READY.value, tuple_(T.c.bucket, T.c.key).in_(list(keys)))
+                .group_by(T.c.bucket, T.c.key))
+        total, held = 0, {}
+        with self.engine.connect() as conn:
+            for bucket, key, n in conn.execute(union_all(whole, each)):
+                if bucket == "" and key == "":  # a bucket name is never empty: the total's row
+                    total = int(n or 0)
+                else:
+                    held[(bucket, key)] = int(n or 0)
+        return total, held
 
     def tenant_quotas(self) -> list[tuple[int, int]]:
         """(tenant id, cache quota) of every tenant that has one."""
