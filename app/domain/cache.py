@@ -40,6 +40,25 @@ class Entry:
         return max(0, min(self.block_size, self.size - index * self.block_size))
 
 
+@dataclass(frozen=True)
+class OwnedEntry:
+    """Another fleet node's row of a key: the node that owns the block a GET starts in. While it
+    is ready, that node's block file of it has a name anyone can compute (``block_name``)."""
+
+    node_id: str
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A GET's lookups in one snapshot: the key's newest journal version (seq, state), this
+    node's cache row, and the owner's row where one was asked for."""
+
+    newest: tuple[int, str] | None
+    entry: Entry | None
+    owned: OwnedEntry | None = None
+
+
 @lru_cache(maxsize=4096)  # a hot object's blocks are named on every hit (a SHA-256 each)
 def block_name(bucket: str, key: str, etag: str, index: int, block_size: int) -> str:
     """The block size is part of the name: after a change of FERRY_CACHE_BLOCK_BYTES an old

@@ -24,13 +24,14 @@ from urllib.parse import urlencode
 
 from app import metrics
 from app.adapters.catalog.control.nodes import LiveNode
+from app.domain.cache import Entry
 from app.domain.errors import S3Error
 from app.domain.objects import ObjectMeta
 from app.domain.ranges import RangeRequest
 from app.fleet import auth
 from app.fleet.membership import Membership
 from app.fleet.peer_http import PeerAnswer, PeerConnections
-from app.fleet.wire import BLOCK_PATH, META, decode_meta
+from app.fleet.wire import BLOCK_PATH, META, OWNED_PATH, decode_meta
 from app.services.cache.on_behalf import FILL_TENANT
 
 log = logging.getLogger("ferry.fleet")
@@ -74,6 +75,41 @@ class PeerBlockSource:
         """Whether another live node owns the block (and keeps it); never for a request served
         for a peer, whose fills read the remote and are this node's to keep."""
         return not SERVING_PEER.get() and self.membership.owner(bucket, key, index) is not None
+
+    def owner_of(self, bucket: str, key: str, index: int) -> str | None:
+        """The other live node that owns block ``index`` (None: this node)."""
+        peer = self.membership.owner(bucket, key, index)
+        return peer.node_id if peer is not None else None
+
+    def read_owned(self, owner: str, entry: Entry, first: int, last: int, tenant_id: int | None) -> bytes | None:
+        """Bytes ``first..last`` of ``entry`` (a ready row of ``owner``) from that node's block
+        file, named by the signed query (app/services/cache/owned.py); None when the node cannot
+        be asked or does not hold the block whole (the caller reads the usual way)."""
+        address = self.membership.address_of(owner)
+        if address is None:
+            return None
+        params = {"bucket": entry.bucket, "key": entry.key, "etag": entry.etag, "size": str(entry.size),
+                  "block_size": str(entry.block_size), "entry": str(entry.id)}
+        if tenant_id is not None:
+            params["tenant"] = str(tenant_id)
+        query = urlencode(params)
+        headers = auth.sign(self.secret, "GET", OWNED_PATH, query)
+        headers[auth.NODE] = self.membership.node_id
+        headers["Range"] = f"bytes={first}-{last}"
+        try:
+            resp = self.peers.get(address, f"{OWNED_PATH}?{query}", headers)
+            if resp.status != 206:
+                resp.drain()
+                return None
+            data = resp.read()
+        except OSError as exc:
+            log.info("fleet: block of %s/%s by name: peer %s unavailable (%s)", entry.bucket, entry.key, owner, exc)
+            self.membership.suspect(owner)
+            return None
+        if len(data) != last - first + 1:  # the peer closed early: not kept (read says so by its length)
+            resp.close()
+            return None
+        return data
 
     def get_object(self, bucket: str, key: str, byte_range: str | None = None,
                    if_match: str | None = None) -> tuple[ObjectMeta, BinaryIO]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -31,7 +31,7 @@ from app.fleet import auth
 from app.fleet.journal_server import JOURNAL_PATH, REPLICA_PATH, UNSIGNED, HeldWrites, accept_replica, serve_held
 from app.fleet.part_server import PART_PATH, HeldParts, drop_parts, serve_part
 from app.fleet.peer_client import SERVING_PEER
-from app.fleet.wire import BLOCK_PATH, META, PING_PATH, encode_meta
+from app.fleet.wire import BLOCK_PATH, META, OWNED_PATH, PING_PATH, encode_meta
 from app.server.zerocopy import EXTENSION as ZEROCOPY
 from app.services.cache import ReadCache
 from app.services.control.policies import PolicyBook
@@ -75,6 +75,8 @@ class PeerServer:
             return
         if scope["method"] == "GET" and path == PING_PATH:
             await _answer(send, 200, json.dumps({"node_id": self.node_id}).encode(), "application/json")
+        elif scope["method"] == "GET" and path == OWNED_PATH:
+            await self.owned(query, headers, send, zero_copy=ZEROCOPY in (scope.get("extensions") or {}))
         elif scope["method"] == "GET" and path == BLOCK_PATH:
             await self.block(query, headers, send, zero_copy=ZEROCOPY in (scope.get("extensions") or {}))
         elif scope["method"] == "GET" and path == JOURNAL_PATH and self.writes is not None:
@@ -108,6 +110,41 @@ class PeerServer:
         finally:
             SERVING_PEER.reset(token)
 
+    async def owned(self, query: str, headers: dict[str, str], send: Send, *, zero_copy: bool = False) -> None:
+        """A range of one block of this node's, named by (bucket, key, ETag, size, block size) in
+        the signed query: answered from its file alone (app/services/cache/owned.py), or 404 when
+        the block is not here whole (the asking node then reads the usual way)."""
+        args = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        bucket, key, etag = args.get("bucket", ""), args.get("key", ""), args.get("etag", "")
+        try:
+            validate_bucket_name(bucket)
+            validate_key(key)
+            size, block_size, entry_id = int(args["size"]), int(args["block_size"]), int(args["entry"])
+            tenant = args.get("tenant")
+            tenant_id = int(tenant) if tenant is not None else None
+            rng = RangeRequest.from_header(headers.get("range", "")).spec
+        except (S3Error, KeyError, ValueError):
+            await _answer(send, 400, b"bad block name\n")
+            return
+        if rng is None or rng[0] is None or rng[1] is None or not etag or size <= 0 or block_size <= 0:
+            await _answer(send, 400, b"a Range bytes=first-last is required\n")
+            return
+        first, last = rng[0], rng[1]
+        found = self.cache.owned.open(bucket, key, etag, size, block_size, first, last, zero_copy)
+        if found is None:
+            await _answer(send, 404, b"not here by that name\n")
+            return
+        self.cache.owned.served(bucket, key, etag, size, entry_id, tenant_id, first == 0)
+        await send({"type": "http.response.start", "status": 206, "headers": [
+            (b"content-length", str(last - first + 1).encode()),
+            (b"content-range", f"bytes {first}-{last}/{size}".encode()),
+        ]})
+        if isinstance(found, bytes):
+            await send({"type": "http.response.body", "body": found})
+            metrics.fleet_served(206, len(found))
+            return
+        await self._send_stream(found, send)
+
     async def _serve_block(self, bucket: str, key: str, rng: RangeRequest, if_match: str | None,
                            tenant_id: int | None, send: Send, zero_copy: bool = False) -> None:
         policy = self.policies.for_key(bucket, key)
@@ -133,6 +170,15 @@ class PeerServer:
                 (b"etag", f'"{meta.etag}"'.encode()),
                 (META.encode(), encode_meta(meta).encode()),
             ]})
+            await self._send_stream(stream, send)
+        finally:
+            if isinstance(stream, AsyncGenerator):
+                await stream.aclose()
+
+    @staticmethod
+    async def _send_stream(stream: AsyncIterator[Any], send: Send) -> None:
+        """An answer's body, its head sent: bytes, or ``FileRange`` items the server sends itself."""
+        try:
             sent = zero_copied = 0
             async for chunk in stream:
                 if isinstance(chunk, FileRange):  # valid until the stream resumes: sent before that

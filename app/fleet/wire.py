@@ -11,6 +11,7 @@ from app.domain.objects import ObjectMeta
 
 BLOCK_PATH = "/_ferry/v1/block"
 PING_PATH = "/_ferry/v1/ping"
+OWNED_PATH = "/_ferry/v1/owned"  # a block file by its name: a peer read with no lookup here
 META = "x-ferry-meta"
 
 

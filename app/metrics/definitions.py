@@ -75,7 +75,9 @@ def zerocopy_sent(nbytes: int) -> None:
 
 FLEET_PEER_READS = Counter("ferry_fleet_peer_reads_total",
                            "Block fetches this node sent to the block's owner, by how they ended: peer "
-                           "(the owner answered) or fallback (read from the remote instead)", ["result"])
+                           "(the owner answered) or fallback (read from the remote instead); owned "
+                           "(a read the owner answered from its block file by name) or owned-refused "
+                           "(it could not: the read went the usual way)", ["result"])
 FLEET_SERVED = Counter("ferry_fleet_served_total", "Requests of the internal endpoint by status", ["status"])
 FLEET_SERVED_BYTES = Counter("ferry_fleet_served_bytes_total", "Block bytes sent to peers")
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
-from app.domain.cache import Entry
+from app.domain.cache import Entry, Lookup
 from app.domain.conditions import PreviousWrite
 from app.domain.objects import BucketInfo, FileRange, FileSegment, ListPage, ObjectMeta, PartAttributes, PartInfo, UploadInfo
 from app.domain.profiles import RemoteProfile
@@ -236,7 +236,7 @@ class CacheIndex(Protocol):
     lookups: Any
 
     def get(self, bucket: str, key: str) -> Entry | None: ...
-    def get_with_newest(self, bucket: str, key: str) -> tuple[tuple[int, str] | None, Entry | None] | None: ...
+    def get_with_newest(self, bucket: str, key: str, owner: str | None = None) -> Lookup | None: ...
     def put_ready(self, meta: ObjectMeta, bucket: str, block_size: int, tenant_id: int | None,
                   pinned: bool, started: float, cached_bytes: int = 0) -> Entry | None: ...
     def mark_seen(self, bucket: str, key: str, tenant_id: int | None) -> bool: ...
@@ -335,6 +335,16 @@ class BlockSource(Protocol):
         """Whether block ``index`` is another node's to hold (its bytes would come from that
         node, which keeps them), so this node need not keep a copy (cache/copies.py). A body
         a peer sent says so too: its ``from_peer`` attribute is True."""
+        ...
+
+    def owner_of(self, bucket: str, key: str, index: int) -> str | None:
+        """The id of the other node that owns block ``index`` (None: this node, or no fleet)."""
+        ...
+
+    def read_owned(self, owner: str, entry: Entry, first: int, last: int, tenant_id: int | None) -> bytes | None:
+        """Bytes ``first..last`` (within one block) of ``entry``, a ready row of node ``owner``,
+        read from that node's block file by name; None when it cannot answer so (the file is
+        gone, the node is unreachable): the caller reads the usual way."""
         ...
 
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from app.domain.cache import block_name
 from app.domain.ownership import block_key, owner
-from app.fleet.wire import BLOCK_PATH, PING_PATH
+from app.fleet.wire import BLOCK_PATH, OWNED_PATH, PING_PATH
 from tests.integration.test_zerocopy import metric, zerocopy_bytes
 from tests.support.counting_proxy import CountingProxy
 from tests.support.databases import throwaway_database
@@ -145,6 +146,106 @@ def test_a_first_peer_read_is_relayed_without_a_copy_and_the_second_keeps_one(
     assert part == hashlib.sha256(data[10:100]).hexdigest()
     assert metric(reader, "ferry_fleet_peer_reads_total", 'result="peer"') == before, "the third is a local hit"
     assert len(proxy.gets(key)) == 1, "only the owner's fill asked the remote"
+
+
+def _owned_by(seaweed: Any, bucket: str, ids: list[str], node: int, size: int) -> tuple[str, str, bytes]:
+    """A cold one-block object whose block node ``node`` owns."""
+    while True:
+        key, sha, data = _put(seaweed, bucket, size)
+        if owner(block_key(bucket, key, 0), ids) == ids[node]:
+            return key, sha, data
+
+
+def _owned(node: Any, result: str = "owned") -> float:
+    return metric(node, "ferry_fleet_peer_reads_total", f'result="{result}"')
+
+
+def _wait_ready(fleet_db: str, bucket: str, key: str, node_id: str) -> None:
+    deadline = time.monotonic() + 10
+    while node_id not in _ready_rows(fleet_db, bucket, key):
+        assert time.monotonic() < deadline, f"{node_id} never recorded its entry of {key}"
+        time.sleep(0.05)
+
+
+def test_a_read_of_a_block_its_owner_holds_is_answered_from_the_owners_file_by_name(
+        fleet: Fleet, proxy: CountingProxy, fleet_bucket: str, fleet_db: str, seaweed: Any) -> None:
+    """Once the owner's row is ready, another node's first read of the object asks the owner for
+    the block file by name (no lookup, no discovery there; no relay, no entry here): the right
+    bytes, whole or a range, conditions judged on the owner's row, and the remote never asked."""
+    ids = fleet.node_ids()
+    key, sha, data = _owned_by(seaweed, fleet_bucket, ids, 0, 256 * 1024)
+    assert _sha(fleet.nodes[0].client(), fleet_bucket, key) == sha
+    _wait_ready(fleet_db, fleet_bucket, key, ids[0])
+    proxy.reset()
+    reader, other = fleet.nodes[1], fleet.nodes[2]
+    owned, relayed = _owned(reader), metric(reader, "ferry_fleet_peer_relayed_total")
+    assert _sha(reader.client(), fleet_bucket, key) == sha
+    assert _owned(reader) == owned + 1
+    assert metric(reader, "ferry_fleet_peer_relayed_total") == relayed, "by name: not a relay"
+    assert ids[1] not in _ready_rows(fleet_db, fleet_bucket, key), "a first read keeps no copy"
+    owned = _owned(other)
+    part = _sha(other.client(), fleet_bucket, key, Range="bytes=1000-99999")
+    assert part == hashlib.sha256(data[1000:100000]).hexdigest()
+    assert _owned(other) == owned + 1
+    assert proxy.gets(key) == [], "the owner's block answered every read"
+    key2, _, _ = _owned_by(seaweed, fleet_bucket, ids, 0, 100 * 1024)
+    etag = fleet.nodes[0].client().get_object(Bucket=fleet_bucket, Key=key2)["ETag"]
+    _wait_ready(fleet_db, fleet_bucket, key2, ids[0])
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError) as failed:
+        reader.client().get_object(Bucket=fleet_bucket, Key=key2, IfMatch='"0123456789abcdef0123456789abcdef"')
+    assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    with pytest.raises(ClientError) as failed:
+        other.client().get_object(Bucket=fleet_bucket, Key=key2, IfNoneMatch=etag)
+    assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 304
+
+
+def test_a_read_by_name_never_answers_an_older_version_than_an_acknowledged_write(
+        fleet: Fleet, fleet_bucket: str, fleet_db: str, seaweed: Any) -> None:
+    """A write through any node invalidates the owner's row in the write's transaction: a read
+    that follows its acknowledgement, on a node that would have read the owner's block by name,
+    gets the new bytes; and so does every read after it, on every node."""
+    ids = fleet.node_ids()
+    key, sha, _ = _owned_by(seaweed, fleet_bucket, ids, 0, 200 * 1024)
+    for round_ in range(3):
+        assert _sha(fleet.nodes[0].client(), fleet_bucket, key) == sha
+        _wait_ready(fleet_db, fleet_bucket, key, ids[0])
+        new = os.urandom(200 * 1024 + round_)
+        fleet.nodes[2].client().put_object(Bucket=fleet_bucket, Key=key, Body=new)
+        sha = hashlib.sha256(new).hexdigest()
+        for node in fleet.nodes:
+            assert _sha(node.client(), fleet_bucket, key) == sha, f"round {round_}: an older version served"
+
+
+def test_a_read_by_name_the_owner_cannot_answer_goes_the_usual_way(
+        fleet: Fleet, proxy: CountingProxy, fleet_bucket: str, fleet_db: str, seaweed: Any) -> None:
+    """The owner's block file gone behind its row (a damaged or swept disk): the owner answers
+    404 to the read by name, the asking node counts it refused and reads the usual way (the
+    owner's block endpoint fills the block again), with the right bytes."""
+    ids = fleet.node_ids()
+    key, sha, data = _owned_by(seaweed, fleet_bucket, ids, 0, 300 * 1024)
+    assert _sha(fleet.nodes[0].client(), fleet_bucket, key) == sha
+    _wait_ready(fleet_db, fleet_bucket, key, ids[0])
+    etag = fleet.nodes[0].client().head_object(Bucket=fleet_bucket, Key=key)["ETag"].strip('"')
+    name = block_name(fleet_bucket, key, etag, 0, BLOCK)
+    block = fleet.nodes[0].data_dir / "cache" / "blocks" / name[:2] / name
+    assert block.exists()
+    block.unlink()
+    reader = fleet.nodes[1]
+    refused = _owned(reader, "owned-refused")
+    proxy.reset()
+    assert _sha(reader.client(), fleet_bucket, key) == sha
+    assert _owned(reader, "owned-refused") == refused + 1
+    assert len(proxy.gets(key)) == 1, "the owner fetched its block again, once"
+    query = urllib.parse.urlencode({"bucket": fleet_bucket, "key": key, "etag": etag, "size": str(len(data)),
+                                    "block_size": str(BLOCK), "entry": "1"})
+    status, body = fleet.internal_get(0, OWNED_PATH, query, {"Range": "bytes=5-104"})
+    assert status == 206 and body == data[5:105], "the refilled block is answered by name again"
+    assert fleet.internal_get(0, OWNED_PATH, query, {"Range": "bytes=5-104"}, sign=False)[0] == 403
+    bad = query.replace(f"etag={etag}", "etag=0000")
+    assert fleet.internal_get(0, OWNED_PATH, bad, {"Range": "bytes=5-104"})[0] == 404, "another version's name"
+    assert fleet.internal_get(0, OWNED_PATH, query, {"Range": f"bytes=0-{BLOCK}"})[0] == 404, "beyond the object"
 
 
 def test_a_first_read_of_an_object_with_a_block_the_reader_owns_keeps_it_at_once(

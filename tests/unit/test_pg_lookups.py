@@ -20,6 +20,7 @@ from app.adapters.catalog.engine import make_engine
 from app.adapters.catalog.journal.journal import Journal
 from app.adapters.catalog.migrate import upgrade
 from app.adapters.catalog.tables import ObjectVersion, table
+from app.domain.cache import Lookup
 from app.domain.errors import CatalogUnavailable
 from app.domain.objects import ObjectMeta
 from tests.unit.test_catalog_unavailable import closed_port
@@ -130,8 +131,8 @@ def test_a_gets_two_lookups_in_one_statement_answer_as_the_two_do(fresh_postgres
         assert newest == lookups.newest_version("b", key)
         assert raw == lookups.cache_entry("node-a", "b", key)
         both = index.get_with_newest("b", key)
-        assert both is not None and both[1] == index.get("b", key)
-        assert journal.dirty_row(both[0]) == journal.latest_dirty("b", key)
+        assert both is not None and both.entry == index.get("b", key) and both.owned is None
+        assert journal.dirty_row(both.newest) == journal.latest_dirty("b", key)
 
     agree("none")
     index.put_ready(meta("cached"), "b", 1 << 20, None, False, time.time(), cached_bytes=5)
@@ -162,3 +163,22 @@ def test_bytes_with_reads_the_total_and_each_keys_ready_bytes_at_once(engine: En
     index.invalidate("b", "k2")
     total, held = index.bytes_with([("b", "k2"), ("b", "k1")])
     assert held == {("b", "k1"): 5} and total == index.total_bytes()
+
+
+def test_a_gets_lookup_reads_the_owners_row_in_the_same_statement(fresh_postgres_url: str) -> None:
+    """With an owner named, the one statement also answers that node's row (what a read of the
+    owner's block by name trusts), and only that node's: never this node's, never a third's."""
+    upgrade(fresh_postgres_url)
+    engine = make_engine(fresh_postgres_url)
+    mine, owners, third = CacheIndex(engine, "node-a"), CacheIndex(engine, "node-b"), CacheIndex(engine, "node-c")
+    assert mine.get_with_newest("b", "k", "node-b") == Lookup(None, None, None)
+    owners.put_ready(meta("k"), "b", 1 << 20, None, False, time.time(), cached_bytes=5)
+    third.put_ready(meta("other"), "b", 1 << 20, None, False, time.time(), cached_bytes=5)
+    found = mine.get_with_newest("b", "k", "node-b")
+    assert found is not None and found.entry is None and found.owned is not None
+    assert found.owned.node_id == "node-b" and found.owned.entry == owners.get("b", "k")
+    assert mine.get_with_newest("b", "k", "node-c") == Lookup(None, None, None)
+    assert mine.get_with_newest("b", "other", "node-b") == Lookup(None, None, None)
+    by_owner = owners.get_with_newest("b", "k")  # no owner asked: the row of the node asking
+    assert by_owner is not None and by_owner.entry == owners.get("b", "k") and by_owner.owned is None
+    engine.dispose()

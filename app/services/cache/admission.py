@@ -218,6 +218,15 @@ class FrequencyAdmission:
         metrics.admission_decided("room")
         return True
 
+    def has_room(self, size: int, policy: Policy) -> bool:
+        """Whether a miss of ``size`` bytes would be kept without pushing anything out, as last
+        measured (no lock, no SQL); True too when it is not gated or the measurement is due
+        (only ``decide`` can tell then)."""
+        if not self.gated(policy) or self._measured_at is None \
+                or self.clock() - self._measured_at >= USAGE_REFRESH_SECONDS:
+            return True
+        return self._measured + self._since + size <= self.budget_bytes
+
     def keep_block(self, bucket: str, key: str, length: int) -> bool:
         """Whether a fill of this object may keep a block of ``length`` bytes: always, unless the
         object was admitted in part and its allowance is spent (then it is served, not kept)."""

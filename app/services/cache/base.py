@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from app.services.cache.discovery import Discovery
     from app.services.cache.eviction import Eviction
     from app.services.cache.fill import Fill, Filling
+    from app.services.cache.owned import OwnedReads
     from app.services.cache.serve import Serving
 
 log = logging.getLogger("ferry.cache")
@@ -59,6 +60,7 @@ class CacheBase:
         discovery: Discovery
         eviction: Eviction
         copies: PeerCopies
+        owned: OwnedReads
 
         async def warm(self, bucket: str, key: str, policy: Policy, tenant_id: int | None,
                        known: Any = ...) -> int: ...
@@ -149,9 +151,13 @@ class CacheBase:
         return block_name(entry.bucket, entry.key, entry.etag, index, entry.block_size)
 
     def _touch(self, entry: Entry) -> None:
-        """Buffer an access (time, hits); ``flush_touches`` writes them in batches."""
-        _, hits = self._touches.get(entry.id, (0.0, 0))
-        self._touches[entry.id] = (time.time(), hits + 1)
+        self.touch_id(entry.id)
+
+    def touch_id(self, entry_id: int) -> None:
+        """Buffer an access (time, hits) of this node's row ``entry_id``; ``flush_touches`` writes
+        them in batches."""
+        _, hits = self._touches.get(entry_id, (0.0, 0))
+        self._touches[entry_id] = (time.time(), hits + 1)
 
     async def drop(self, entry: Entry) -> None:
         await self.run(self.drop_now, entry)

@@ -39,19 +39,21 @@ class PeerCopies:
         self.cache = cache
         self.copy_reads = copy_reads  # 1: every peer read keeps its copy (the rule is off)
 
+    def wants_copy(self, bucket: str, key: str) -> bool:
+        """Whether a read of the key now would keep a copy here (it was read ``copy_reads`` - 1
+        times here already, or the rule is off), were there room."""
+        return self.copy_reads <= 1 or self.cache.admission.estimate(bucket, key) + 1 >= self.copy_reads
+
     def likely_relay(self, bucket: str, key: str) -> bool:
         """Before any GET: whether a first read of the key here would be relayed if the object
         is one block (another node owns block 0, and the key was read too few times here)."""
-        return (self.copy_reads > 1 and self.cache.source.from_peer(bucket, key, 0)
-                and self.cache.admission.estimate(bucket, key) + 1 < self.copy_reads)
+        return self.cache.source.from_peer(bucket, key, 0) and not self.wants_copy(bucket, key)
 
     def relay_only(self, bucket: str, key: str, meta: ObjectMeta, from_peer: bool) -> bool:
         """True: serve this discovery's bytes (``from_peer``: they came from the block's owner)
         and keep nothing, because the key was read fewer than ``copy_reads`` times here and
         another node owns every block of it."""
-        if not from_peer or self.copy_reads <= 1:
-            return False
-        if self.cache.admission.estimate(bucket, key) + 1 >= self.copy_reads:
+        if not from_peer or self.wants_copy(bucket, key):
             return False
         blocks = -(-meta.size // self.cache.block_size)
         if not 0 < blocks <= OWNERS_LOOKED_AT:

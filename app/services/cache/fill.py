@@ -177,6 +177,12 @@ class RemoteBlockSource:
         """Never: a node alone holds every block it reads."""
         return False
 
+    def owner_of(self, bucket: str, key: str, index: int) -> str | None:
+        return None  # no other node
+
+    def read_owned(self, owner: str, entry: Entry, first: int, last: int, tenant_id: int | None) -> bytes | None:
+        return None
+
 
 @dataclass
 class FillJob:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from app import metrics
-from app.domain.cache import Entry, first_block, meta_lock_name
+from app.domain.cache import Entry, Lookup, OwnedEntry, first_block, meta_lock_name
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import FileSegment, ObjectMeta
@@ -39,6 +39,7 @@ from app.services.cache.discovery import Discovery
 from app.services.cache.eviction import Eviction
 from app.services.cache.fill import Fill, Filling
 from app.services.cache.orphans import Orphans
+from app.services.cache.owned import OwnedReads
 from app.services.cache.recording import PendingEntry
 from app.services.cache.revalidation import Revalidation
 from app.services.cache.serve import Serving
@@ -79,7 +80,8 @@ class ReadCache(CacheBase):
     """The facade over the cache's state (base.py): current/head/read/warm/invalidate, usage, and
     the background upkeep. The parts, each a plain class holding the state: serve.py (Serving),
     fill.py (Filling), discovery.py (Discovery), eviction.py (Eviction), revalidation.py
-    (Revalidation), orphans.py (Orphans), copies.py (PeerCopies); scrub.py and prefetch.py are the state's own helpers."""
+    (Revalidation), orphans.py (Orphans), copies.py (PeerCopies), owned.py (OwnedReads); scrub.py
+    and prefetch.py are the state's own helpers."""
 
     def _build_parts(self) -> None:
         self.serving = Serving(self)
@@ -89,6 +91,7 @@ class ReadCache(CacheBase):
         self.revalidation = Revalidation(self)
         self.orphans = Orphans(self)
         self.copies = PeerCopies(self, self.copy_reads)
+        self.owned = OwnedReads(self)
         # What the chores, the admin API and the fleet's peers call.
         self.disk_low = self.eviction.disk_low
         self.enforce_limits = self.eviction.enforce_limits
@@ -107,10 +110,12 @@ class ReadCache(CacheBase):
         thread), for a caller that reads it with other state and passes it back as ``known``."""
         return self.index.get(bucket, key)
 
-    def lookup_with_newest(self, bucket: str, key: str) -> tuple[tuple[int, str] | None, Entry | None] | None:
+    def lookup_with_newest(self, bucket: str, key: str, first_byte: int | None = None) -> Lookup | None:
         """The key's newest journal version (seq, state) and its entry in one round trip, where
-        the index can (a PostgreSQL catalog); None: ask ``lookup`` and the journal apart."""
-        return self.index.get_with_newest(bucket, key)
+        the index can (a PostgreSQL catalog); None: ask ``lookup`` and the journal apart. With
+        ``first_byte`` (a GET), also the row of the node owning the block it starts in (owned.py)."""
+        owner = self.owned.owner_of(bucket, key, first_byte) if first_byte is not None else None
+        return self.index.get_with_newest(bucket, key, owner)
 
     def changed_since(self, bucket: str, key: str, since: float) -> bool:
         """Whether a write of the key was accepted or destaged since ``since`` (wall time), or one
@@ -139,16 +144,20 @@ class ReadCache(CacheBase):
     # ---- reads -------------------------------------------------------------------------------
     async def read(self, bucket: str, key: str, wanted: RangeRequest, policy: Policy,
                    tenant_id: int | None, known: Any = LOOKUP, *, file_ranges: bool = False,
-                   conditions: Conditions = NO_CONDITIONS) -> CachedRead | None:
+                   conditions: Conditions = NO_CONDITIONS, owned: OwnedEntry | None = None) -> CachedRead | None:
         """Open the object through the cache; None when the caller should read the remote directly
         (second-hit admission's first miss, or a write raced the discovery). With ``file_ranges``
         the stream may yield ``FileRange`` items (for a server that sends files itself).
         ``conditions`` are judged from an entry the cache serves before anything else happens,
         so a 304 or 412 the index can answer costs no remote request, even with its blocks gone;
         a miss judges them once its discovery told the version (its fill goes on). Every read
-        counts for frequency admission, after the cache decided about this one."""
+        counts for frequency admission, after the cache decided about this one. ``owned``: the
+        row of the block's owner from the same lookup as ``known`` (None), read by name (owned.py)."""
         try:
-            found = await self._read(bucket, key, wanted, policy, tenant_id, known, file_ranges, conditions)
+            found = await self._read_owned(owned, wanted, policy, tenant_id, conditions) \
+                if owned is not None and known is None else None
+            if found is None:
+                found = await self._read(bucket, key, wanted, policy, tenant_id, known, file_ranges, conditions)
         finally:
             self.admission.record(bucket, key, from_start=wanted.first_byte == 0)
         prefix = self.policies.prefix_setting(bucket, key, "prefetch") if policy.prefetch == "prefix" else None
@@ -181,6 +190,31 @@ class ReadCache(CacheBase):
         else:
             self._touch(entry)
         return self._serve(entry, outcome, wanted, tenant_id, file_ranges, conditions)
+
+    async def _read_owned(self, owned: OwnedEntry, wanted: RangeRequest, policy: Policy, tenant_id: int | None,
+                          conditions: Conditions) -> CachedRead | None:
+        """A read the owner's block file answers by name; None: read the usual way. Counted a
+        miss here, as a relay is (this node's cache did not answer); the owner counts its hit."""
+        entry = owned.entry
+        if not self.owned.usable(owned, policy):
+            return None
+        if self.copies.wants_copy(entry.bucket, entry.key) and self.admission.has_room(entry.size, policy):
+            return None  # read often enough here to keep a copy, and there is room: the usual way keeps it
+        try:
+            conditions.check(entry.etag, entry.meta.last_modified)
+        except S3Error:
+            self._counted(entry, "miss", tenant_id)  # answered from the owner's row: no bytes needed
+            raise
+        span = self.owned.span(owned, wanted)
+        if span is None:
+            return None
+        rng, first, last = span
+        data = await self.owned.fetch(owned, first, last, tenant_id)
+        if data is None:
+            return None
+        self._counted(entry, "miss", tenant_id)
+        metrics.served_bytes("miss", entry.bucket, len(data))
+        return CachedRead(entry.meta, rng, _once(data), _nothing_to_close, "miss", None, data)
 
     def _counted(self, entry: Entry, outcome: str, tenant_id: int | None) -> None:
         """A read's outcome, once, in both of its records: the outcome counters and the sizing

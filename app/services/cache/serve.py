@@ -105,7 +105,7 @@ class Serving:
                     except FileNotFoundError:
                         source, _ = await self.acquire(entry, idx)
                 chunks = (self._serve(source, start, end, file_ranges) if isinstance(source, Fill)
-                          else self._serve_open(source, start, end, file_ranges))
+                          else self.serve_open(source, start, end, file_ranges))
                 async for chunk in chunks:
                     served += len(chunk)
                     yield chunk
@@ -121,7 +121,7 @@ class Serving:
     async def _serve(self, source: Any, start: int, end: int,
                      file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
         """Bytes of a block from its Fill (following it while it fills), its file path or an
-        open descriptor of it (``_serve_open`` takes it over)."""
+        open descriptor of it (``serve_open`` takes it over)."""
         if isinstance(source, Fill):
             fd = source.reader_fd()
             if fd is not None:
@@ -135,10 +135,10 @@ class Serving:
                                                      else Path(source).name)
             except FileNotFoundError as exc:  # deleted and swept (past the retired grace): the client retries
                 raise S3Error("ServiceUnavailable", "A cached block disappeared while being served.") from exc
-        async for chunk in self._serve_open(source, start, end, file_ranges):
+        async for chunk in self.serve_open(source, start, end, file_ranges):
             yield chunk
 
-    async def _serve_open(self, fd: int, start: int, end: int,
+    async def serve_open(self, fd: int, start: int, end: int,
                           file_ranges: bool = False) -> AsyncIterator[bytes | FileRange]:
         """Bytes ``start..end`` of an open block file; closes ``fd`` when done."""
         reader = self.cache.store.reader

@@ -8,6 +8,7 @@ from typing import Any, BinaryIO
 
 from app import metrics
 from app.adapters.remote import body_failure, read_available
+from app.domain.cache import OwnedEntry
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import (
@@ -78,22 +79,29 @@ class ReadsService:
         return ObjectAttributes(meta, found[1])
 
     async def _lookup(self, bucket: str, key: str, policy: Policy) -> tuple[VersionRow | None, Any]:
-        if self.inline_lookups:
-            return self._local_state(bucket, key, policy)
-        return await self._run(self._local_state, bucket, key, policy)
+        found = await self._lookup_for(bucket, key, policy, None)
+        return found[0], found[1]
 
-    def _local_state(self, bucket: str, key: str, policy: Policy) -> tuple[VersionRow | None, Any]:
+    async def _lookup_for(self, bucket: str, key: str, policy: Policy,
+                          first_byte: int | None) -> tuple[VersionRow | None, Any, OwnedEntry | None]:
+        if self.inline_lookups:
+            return self._local_state(bucket, key, policy, first_byte)
+        return await self._run(self._local_state, bucket, key, policy, first_byte)
+
+    def _local_state(self, bucket: str, key: str, policy: Policy,
+                     first_byte: int | None) -> tuple[VersionRow | None, Any, OwnedEntry | None]:
         """The key's newest buffered version and its cache entry, in one thread hop: both are
         point lookups, and on a hit the hop costs more than the queries. With a PostgreSQL
-        catalog both are one statement (one round trip, one statement of the server's CPU)."""
-        both = self.cache.lookup_with_newest(bucket, key) if policy.caches else None
+        catalog both are one statement (one round trip, one statement of the server's CPU),
+        and for a GET (``first_byte``) in a fleet, the row of the block's owner too."""
+        both = self.cache.lookup_with_newest(bucket, key, first_byte) if policy.caches else None
         if both is not None:
-            row = self.journal.dirty_row(both[0])
-            return (row, None) if row is not None else (None, both[1])
+            row = self.journal.dirty_row(both.newest)
+            return (row, None, None) if row is not None else (None, both.entry, both.owned)
         row = self.journal.latest_dirty(bucket, key)
         if row is not None or not policy.caches:
-            return row, None
-        return None, self.cache.lookup(bucket, key)
+            return row, None, None
+        return None, self.cache.lookup(bucket, key), None
 
     async def get_object(self, bucket: str, key: str, rng: RangeRequest = WHOLE, tenant_id: int | None = None,
                          *, conditions: Conditions = NO_CONDITIONS, file_ranges: bool = False) -> ObjectRead:
@@ -104,7 +112,7 @@ class ReadsService:
         ``file_ranges`` a cached read's stream may yield ``FileRange`` items, not bytes."""
         self._check_key(bucket, key)
         policy = self.policy(bucket, key)
-        row, entry = await self._lookup(bucket, key, policy)
+        row, entry, owned = await self._lookup_for(bucket, key, policy, rng.first_byte or 0)
         buffered = row is not None
         if row is not None:
             opened = await self._open_buffered(row, rng, conditions)
@@ -113,7 +121,7 @@ class ReadsService:
         if policy.caches:
             cached = await self.cache.read(bucket, key, rng, policy, tenant_id,
                                            LOOKUP if buffered else entry, file_ranges=file_ranges,
-                                           conditions=conditions)
+                                           conditions=conditions, owned=None if buffered else owned)
             if cached is not None:
                 return ObjectRead(cached.meta, cached.byte_range, cached.stream, cached.close, cached.files,
                                   cached.data)

@@ -30,8 +30,9 @@ from sqlalchemy import Engine
 from app.domain.errors import CatalogUnavailable
 
 NEWEST_VERSION = "SELECT seq, state FROM object_versions WHERE bucket = ? AND key = ? ORDER BY seq DESC LIMIT 1"
-CACHE_ENTRY = ("SELECT id, bucket, key, etag, size, block_size, meta_json, tenant_id, state, cached_bytes, "
-               "validated_at, last_access FROM cache_entries WHERE node_id = ? AND bucket = ? AND key = ?")
+_ROW_COLUMNS = ("id, bucket, key, etag, size, block_size, meta_json, tenant_id, state, cached_bytes, validated_at, "
+                "last_access")
+CACHE_ENTRY = f"SELECT {_ROW_COLUMNS} FROM cache_entries WHERE node_id = ? AND bucket = ? AND key = ?"
 DATA_VERSION = "PRAGMA data_version"
 MEMO_SIZE = 8192  # answers kept between commits; a full memo starts over
 
@@ -86,14 +87,20 @@ PG_CACHE_ENTRY = CACHE_ENTRY.replace("?", "%s")
 # Both of a GET's lookups in one statement and one round trip (a fleet's GET asked twice: the
 # catalog server's CPU per statement is the fleet's, docs/benchmarks.md "Peer reads under load").
 # One row always: the newest version's (seq, state), NULLs if none, then the cache row's columns.
-PG_NEWEST_AND_ENTRY = (
-    "SELECT v.seq, v.state, c.id, c.bucket, c.key, c.etag, c.size, c.block_size, c.meta_json, c.tenant_id, "
-    "c.state, c.cached_bytes, c.validated_at, c.last_access FROM (SELECT 1) AS one "
+_NEWEST_AND_ENTRY = (
+    "SELECT v.seq, v.state, c.* FROM (SELECT 1) AS one "
     "LEFT JOIN LATERAL (SELECT seq, state FROM object_versions WHERE bucket = %(b)s AND key = %(k)s "
     "ORDER BY seq DESC LIMIT 1) AS v ON true "
-    "LEFT JOIN LATERAL (SELECT id, bucket, key, etag, size, block_size, meta_json, tenant_id, state, cached_bytes, "
-    "validated_at, last_access FROM cache_entries WHERE node_id = %(n)s AND bucket = %(b)s AND key = %(k)s) "
-    "AS c ON true")
+    f"LEFT JOIN LATERAL (SELECT {_ROW_COLUMNS} FROM cache_entries WHERE node_id = %(n)s AND bucket = %(b)s "
+    "AND key = %(k)s) AS c ON true")
+PG_NEWEST_AND_ENTRY = _NEWEST_AND_ENTRY
+# The same, plus the row of the node that owns the block the GET starts in (fleet): when this
+# node has none, the owner's ready row lets the GET ask the owner for the block's file by name,
+# with no lookup on the owner's side (app/services/cache/owned.py).
+PG_NEWEST_ENTRY_AND_OWNED = _NEWEST_AND_ENTRY.replace("c.* FROM", "c.*, o.* FROM") + (
+    f" LEFT JOIN LATERAL (SELECT {_ROW_COLUMNS} FROM cache_entries WHERE node_id = %(o)s AND bucket = %(b)s "
+    "AND key = %(k)s) AS o ON true")
+ROW_WIDTH = len(_ROW_COLUMNS.split(", "))
 PG_IDLE_KEPT = 8  # connections kept between lookups (more are opened under load, then closed)
 PG_OPEN_MAX = 16  # connections open at once per process: the server's max_connections is shared
 
@@ -175,11 +182,23 @@ class PgLookups:
     def newest_and_entry(self, node_id: str, bucket: str,
                          key: str) -> tuple[tuple[int, str] | None, tuple[Any, ...] | None]:
         """``newest_version`` and ``cache_entry`` in one round trip (one snapshot, too)."""
-        row = self._one(PG_NEWEST_AND_ENTRY, {"n": node_id, "b": bucket, "k": key})
+        newest, raw, _ = self.newest_entry_and_owned(node_id, bucket, key)
+        return newest, raw
+
+    def newest_entry_and_owned(self, node_id: str, bucket: str, key: str, owner: str | None = None) -> tuple[
+            tuple[int, str] | None, tuple[Any, ...] | None, tuple[Any, ...] | None]:
+        """``newest_and_entry`` and, with ``owner``, that node's row of the key, in the same
+        statement (one snapshot: the owner's row is judged against the same newest version)."""
+        if owner is None:
+            row = self._one(PG_NEWEST_AND_ENTRY, {"n": node_id, "b": bucket, "k": key})
+        else:
+            row = self._one(PG_NEWEST_ENTRY_AND_OWNED, {"n": node_id, "o": owner, "b": bucket, "k": key})
         if row is None:  # not reached: the statement always answers one row
-            return None, None
+            return None, None, None
         newest = (int(row[0]), str(row[1])) if row[0] is not None else None
-        return newest, (tuple(row[2:]) if row[2] is not None else None)
+        own = tuple(row[2:2 + ROW_WIDTH])
+        owned = tuple(row[2 + ROW_WIDTH:]) if owner is not None else ()
+        return newest, (own if own[0] is not None else None), (owned if owned and owned[0] is not None else None)
 
     def close(self) -> None:
         with self._lock:

@@ -47,7 +47,7 @@ from app.adapters.catalog.cache.hotpath import PgLookups, lookups_for
 from app.adapters.catalog.engine import writer
 from app.adapters.catalog.tables import ObjectVersion, Tenant, table
 from app.adapters.catalog.uploads.remote_opening import key_lock_id
-from app.domain.cache import Entry
+from app.domain.cache import Entry, Lookup, OwnedEntry
 from app.domain.objects import ObjectMeta
 from app.domain.states import DIRTY, CacheState
 
@@ -76,7 +76,8 @@ class CacheIndex:
         self._decoded: dict[tuple[str, str], tuple[tuple[Any, ...], Entry]] = {}
         self._get = select(*COLUMNS).where(T.c.node_id == bindparam("n"), T.c.bucket == bindparam("b"),
                                             T.c.key == bindparam("k"))
-        self._touch = (update(T).where(T.c.id == bindparam("eid"))
+        # Only this node's rows: an id a peer names (a read by name, cache/owned.py) is the owner's.
+        self._touch = (update(T).where(T.c.id == bindparam("eid"), T.c.node_id == self.node_id)
                        .values(last_access=bindparam("at"), hits=T.c.hits + bindparam("n")))
         # put_ready runs once per miss: statements built once compile once (cache key memoized).
         self._written_since = (select(func.count()).select_from(T)
@@ -113,14 +114,16 @@ class CacheIndex:
             row = conn.execute(self._get, {"n": self.node_id, "b": bucket, "k": key}).first()
         return entry_from_row(row) if row is not None else None
 
-    def get_with_newest(self, bucket: str, key: str) -> tuple[tuple[int, str] | None, Entry | None] | None:
-        """The key's newest journal version (seq, state) and this node's cache row, in one round
-        trip where the catalog is a server (a GET asks both); None elsewhere (SQLite answers each
-        from memory between commits: the caller asks them one by one)."""
+    def get_with_newest(self, bucket: str, key: str, owner: str | None = None) -> Lookup | None:
+        """The key's newest journal version (seq, state), this node's cache row and, with
+        ``owner`` (another node's id), that node's row, in one round trip where the catalog is a
+        server (a GET asks them all); None elsewhere (SQLite answers each from memory between
+        commits: the caller asks them one by one, and has no other node)."""
         if not isinstance(self.lookups, PgLookups):
             return None
-        newest, raw = self.lookups.newest_and_entry(self.node_id, bucket, key)
-        return newest, self._entry_of(bucket, key, raw)
+        newest, raw, owned = self.lookups.newest_entry_and_owned(self.node_id, bucket, key, owner)
+        return Lookup(newest, self._entry_of(bucket, key, raw),
+                      OwnedEntry(owner, entry_from_row(Row(*owned))) if owner is not None and owned is not None else None)
 
     def _entry_of(self, bucket: str, key: str, raw: tuple[Any, ...] | None) -> Entry | None:
         if raw is None:
