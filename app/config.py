@@ -187,8 +187,10 @@ class Settings(BaseSettings):
     # once connected, a peer may take as long as a remote fetch (remote_deadline + remote_read_timeout).
     fleet_peer_timeout: float = Field(2.0, gt=0)
     # Reads of an object, all of whose blocks other nodes own, before this node keeps its own
-    # copy: the earlier ones relay the owner's bytes (docs/fleet.md, "Peer reads"). 1: every read keeps it.
-    fleet_copy_reads: int = Field(2, ge=1, le=255)
+    # copy: the earlier ones relay the owner's bytes or read its block by name (docs/fleet.md,
+    # "Peer reads"). 1: every read keeps it. 3 since reads by name made a peer read cheap enough
+    # that a copy kept at the second read cost more than it saved (docs/benchmarks.md).
+    fleet_copy_reads: int = Field(3, ge=1, le=255)
     destage_workers: int = Field(4, ge=1, le=256)
     # Background work (destage, part copies ahead) yields to acknowledgements: it waits up to
     # this long for no write to be in flight before it starts (0: never waits), and runs in

@@ -26,11 +26,12 @@ does. Loader i reads through node i % 3 (data-parallel trainers on 3 hosts, the 
 demand as the single-node rows); every epoch reshuffles, so a sample one node read in epoch 1 is
 likely read through another in epoch 2. Rows: fleet epoch 1 (cold), epochs 2 and 3 (warm); not
 for ``torch``, whose DataLoader reads through one endpoint. ``--fleet-only`` keeps direct and the
-fleet rows. Columns: the hit ratio is the nodes' local hits over their GETs (a peer read is its
-node's miss); remote bytes are what the netsim link carried, or on loopback the GET bodies a
-CountingProxy in front of SeaweedFS relayed (fleet rows only); peer bytes are what the nodes
-sent each other (``ferry_fleet_served_bytes_total``). ``--scale`` shrinks every shape's object
-count (a smoke run).
+fleet rows; ``--fleet-variant`` (repeatable) runs the fleet rows once per variant of the nodes'
+settings, interleaved in each run (``PYTHONPATH=DIR`` runs another checkout's code). Columns:
+the hit ratio is the nodes' local hits over their GETs (a peer read is its node's miss); remote
+bytes are what the netsim link carried, or on loopback the GET bodies a CountingProxy in front
+of SeaweedFS relayed (fleet rows only); peer bytes are what the nodes sent each other
+(``ferry_fleet_served_bytes_total``). ``--scale`` shrinks every shape's object count (a smoke run).
 
     .venv/bin/python -m bench.au --runs 3 --shapes samples,shards,parquet --fleet 3
     sudo .venv/bin/python -m bench.au --runs 3 --shapes samples,shards,parquet --links regional --fleet 3
@@ -166,6 +167,11 @@ def calibrate(shape: Shape, keys: list[str], root: Path) -> float:
 
 
 # ---- the rows ------------------------------------------------------------------------------------
+def parse_variant(text: str) -> dict[str, str]:
+    """``NAME=VALUE[;NAME=VALUE]`` (a variant of the gateways' settings; '' = the defaults)."""
+    return dict(pair.split("=", 1) for pair in text.split(";") if pair)
+
+
 class Rows:
     def __init__(self, remote: Remote, bucket: str, shape: Shape, keys: list[str], prefix: str, compute: float,
                  workdir: Path, dataset_bytes: int, netsim: bool = False) -> None:
@@ -212,7 +218,8 @@ class Rows:
             row["peer"] = (served_bytes(nodes) - peered) / self.dataset_bytes
         return row
 
-    def all(self, seed: int, fleet: int = 0, single: bool = True) -> dict[str, dict[str, float]]:
+    def all(self, seed: int, fleet: int = 0, single: bool = True,
+            fleet_variants: tuple[str, ...] = ("",)) -> dict[str, dict[str, float]]:
         carried = self.link_bytes()
         out = {"direct": self.run_epoch([self.remote.endpoint], self.remote.access_key, self.remote.secret_key,
                                         seed)}
@@ -221,7 +228,9 @@ class Rows:
         if single:
             out.update(self.single(seed))
         if fleet and self.shape.name != "torch":  # the torch DataLoader reads through one endpoint
-            out.update(self.fleet(fleet, seed))
+            for variant in fleet_variants:
+                rows = self.fleet(fleet, seed, parse_variant(variant))
+                out.update({f"{row}, {variant}" if variant else row: found for row, found in rows.items()})
         return out
 
     def single(self, seed: int) -> dict[str, dict[str, float]]:
@@ -242,13 +251,14 @@ class Rows:
                 out[f"{label}, epochs 2-3"] = {k: statistics.fmean(r[k] for r in rows) for k in rows[0]}
         return out
 
-    def fleet(self, size: int, seed: int) -> dict[str, dict[str, float]]:
+    def fleet(self, size: int, seed: int, variant: dict[str, str] | None = None) -> dict[str, dict[str, float]]:
         """Epochs 1-3 through a fresh fleet of ``size`` nodes (one PostgreSQL catalog, cold caches),
-        each node's cache half the dataset: together they hold it, no node alone does."""
+        each node's cache half the dataset: together they hold it, no node alone does. ``variant``:
+        settings added to the nodes' environment (``PYTHONPATH=DIR`` runs another checkout)."""
         name, url = _database()
         # The production sweep, not the tests' 0.5 s; the fleet's quick heartbeat, which wait_live expects.
         env = {"FERRY_SWEEP_INTERVAL": PRODUCTION_INTERVALS["FERRY_SWEEP_INTERVAL"],
-               "FERRY_CACHE_BYTES": str(self.dataset_bytes // 2)}
+               "FERRY_CACHE_BYTES": str(self.dataset_bytes // 2), **(variant or {})}
         base = Path(tempfile.mkdtemp(dir=self.workdir))
         try:
             with counted(self.remote, self.link_bytes) as (remote, fetched), \
@@ -347,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fleet", type=int, default=0, metavar="N",
                     help="also the rows of an N-node fleet, each node's cache half the dataset (needs PostgreSQL)")
     ap.add_argument("--fleet-only", action="store_true", help="with --fleet: direct and the fleet rows only")
+    ap.add_argument("--fleet-variant", action="append", default=[],
+                    help="with --fleet: the fleet rows once per variant, NAME=VALUE[;NAME=VALUE] ('' = defaults), "
+                         "interleaved in each run")
     ap.add_argument("--scale", type=float, default=1.0, help="times the objects of each shape (smoke: 0.05)")
     args = ap.parse_args(argv)
     links = args.links.split(",")
@@ -374,7 +387,8 @@ def main(argv: list[str] | None = None) -> None:
             for shape in shapes:
                 rows = Rows(region.remote or remote, bucket, shape, sorted(data[shape.name]), prefix,
                             computes[shape.name], workdir, stored[shape.name], region.kind == "netsim")
-                print_rows(shape, [rows.all(run * 10, args.fleet, not args.fleet_only) for run in range(args.runs)])
+                print_rows(shape, [rows.all(run * 10, args.fleet, not args.fleet_only, tuple(args.fleet_variant or [""]))
+                                   for run in range(args.runs)])
         print("\ncompute per batch (calibrated on local disk, AU >= 99 %): "
               + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in computes.items()))
         if args.fleet:

@@ -19,15 +19,11 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from bench.au import Rows, calibrate
+from bench.au import Rows, calibrate, parse_variant
 from bench.au_data import SHAPES, make_dataset
 from bench.remote import LINKS, RemoteRegion
 
 PREFIX = "au/"
-
-
-def parse_variant(text: str) -> dict[str, str]:
-    return dict(pair.split("=", 1) for pair in text.split(";") if pair)
 
 
 def add_ab_arguments(parser: argparse.ArgumentParser, runs: int) -> None:

@@ -116,14 +116,15 @@ def _ready_rows(fleet_db: str, bucket: str, key: str) -> set[str]:
         engine.dispose()
 
 
-def test_a_first_peer_read_is_relayed_without_a_copy_and_the_second_keeps_one(
+def test_a_first_peer_read_is_relayed_the_second_read_by_name_and_the_third_keeps_a_copy(
         fleet: Fleet, proxy: CountingProxy, fleet_bucket: str, fleet_db: str, seaweed: Any) -> None:
-    """FERRY_FLEET_COPY_READS (2): a node's first read of an object another node owns whole is
-    the owner's bytes relayed (no entry, no copy); its second keeps a copy, so the third is a
-    local hit. The remote is asked once in all."""
+    """FERRY_FLEET_COPY_READS (3): a node's first read of a cold object another node owns whole
+    is the owner's bytes relayed (no entry, no copy; the owner fills); the second reads the
+    owner's block by name (still no copy); the third keeps a copy (the node has room), so the
+    fourth is a local hit. The remote is asked once in all."""
     ids = fleet.node_ids()
     while True:
-        key, sha, data = _put(seaweed, fleet_bucket, BLOCK - 1000)
+        key, sha, data = _put(seaweed, fleet_bucket, 512 * 1024)
         if owner(block_key(fleet_bucket, key, 0), ids) == ids[0]:
             break
     reader = fleet.nodes[1]
@@ -134,17 +135,23 @@ def test_a_first_peer_read_is_relayed_without_a_copy_and_the_second_keeps_one(
     assert metric(reader, "ferry_fleet_peer_relayed_total") == relayed + 1
     rows = _ready_rows(fleet_db, fleet_bucket, key)
     assert ids[1] not in rows, "the first read relays: the reader keeps no entry"
-    assert _sha(reader.client(), fleet_bucket, key) == sha  # right after: the owner's bytes again
+    _wait_ready(fleet_db, fleet_bucket, key, ids[0])
+    owned = _owned(reader)
+    assert _sha(reader.client(), fleet_bucket, key) == sha
+    assert _owned(reader) == owned + 1, "the second read asks the owner's block by name"
+    assert ids[1] not in _ready_rows(fleet_db, fleet_bucket, key)
+    assert _sha(reader.client(), fleet_bucket, key) == sha  # the third keeps its copy
     deadline = time.monotonic() + 10
     while ids[1] not in _ready_rows(fleet_db, fleet_bucket, key):
-        assert time.monotonic() < deadline, "the second read never kept a copy"
+        assert time.monotonic() < deadline, "the third read never kept a copy"
         time.sleep(0.1)
     assert metric(reader, "ferry_fleet_peer_relayed_total") == relayed + 1
     before = metric(reader, "ferry_fleet_peer_reads_total", 'result="peer"')
-    assert before == peer_reads + 2
+    assert before == peer_reads + 2, "the relay and the copy asked the owner's block endpoint"
     part = _sha(reader.client(), fleet_bucket, key, Range="bytes=10-99")
     assert part == hashlib.sha256(data[10:100]).hexdigest()
-    assert metric(reader, "ferry_fleet_peer_reads_total", 'result="peer"') == before, "the third is a local hit"
+    assert metric(reader, "ferry_fleet_peer_reads_total", 'result="peer"') == before, "the fourth is a local hit"
+    assert _owned(reader) == owned + 1
     assert len(proxy.gets(key)) == 1, "only the owner's fill asked the remote"
 
 
@@ -208,14 +215,22 @@ def test_a_read_by_name_never_answers_an_older_version_than_an_acknowledged_writ
     gets the new bytes; and so does every read after it, on every node."""
     ids = fleet.node_ids()
     key, sha, _ = _owned_by(seaweed, fleet_bucket, ids, 0, 200 * 1024)
+    by_name = 0.0
     for round_ in range(3):
-        assert _sha(fleet.nodes[0].client(), fleet_bucket, key) == sha
-        _wait_ready(fleet_db, fleet_bucket, key, ids[0])
+        deadline = time.monotonic() + 30
+        while ids[0] not in _ready_rows(fleet_db, fleet_bucket, key):  # destaged, then read into the owner's cache
+            assert _sha(fleet.nodes[0].client(), fleet_bucket, key) == sha
+            assert time.monotonic() < deadline, f"round {round_}: the owner never cached the object"
+            time.sleep(0.1)
+        owned = _owned(fleet.nodes[1])
+        assert _sha(fleet.nodes[1].client(), fleet_bucket, key) == sha
+        by_name += _owned(fleet.nodes[1]) - owned
         new = os.urandom(200 * 1024 + round_)
         fleet.nodes[2].client().put_object(Bucket=fleet_bucket, Key=key, Body=new)
         sha = hashlib.sha256(new).hexdigest()
         for node in fleet.nodes:
             assert _sha(node.client(), fleet_bucket, key) == sha, f"round {round_}: an older version served"
+    assert by_name >= 1, "node 2 read the owner's block by name before a write"
 
 
 def test_a_read_by_name_the_owner_cannot_answer_goes_the_usual_way(

@@ -69,7 +69,7 @@ class CacheBase:
                  source: BlockSource, disk: DiskReserve, dirty_bytes: Callable[[], int],
                  block_size: int = 8 * 1024 * 1024, fetch_concurrency: int = 16, budget_bytes: int = 0,
                  revalidate_interval: float = 60.0, sizing: SizingRecorder | None = None,
-                 prefetch_bytes: int = 0, prefetch_parallel: int = 16, copy_reads: int = 2) -> None:
+                 prefetch_bytes: int = 0, prefetch_parallel: int = 16, copy_reads: int = 3) -> None:
         self.index = index
         self.store = store
         self.remote = remote  # discovery GETs, revalidation HEADs and LISTs
