@@ -96,6 +96,7 @@ class PeerBlockSource:
         headers = auth.sign(self.secret, "GET", OWNED_PATH, query)
         headers[auth.NODE] = self.membership.node_id
         headers["Range"] = f"bytes={first}-{last}"
+        resp: PeerAnswer | None = None
         try:
             resp = self.peers.get(address, f"{OWNED_PATH}?{query}", headers)
             if resp.status != 206:
@@ -103,10 +104,12 @@ class PeerBlockSource:
                 return None
             data = resp.read()
         except OSError as exc:
+            if resp is not None:
+                resp.close()
             log.info("fleet: block of %s/%s by name: peer %s unavailable (%s)", entry.bucket, entry.key, owner, exc)
             self.membership.suspect(owner)
             return None
-        if len(data) != last - first + 1:  # the peer closed early: not kept (read says so by its length)
+        if len(data) != last - first + 1:  # the peer closed early: its connection is dropped, not kept
             resp.close()
             return None
         return data
