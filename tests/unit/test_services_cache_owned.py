@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from app.domain.cache import Entry, OwnedEntry, block_name
-from app.domain.conditions import Conditions
+from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.policy import Policy
 from app.domain.ranges import RangeRequest
@@ -82,10 +82,12 @@ async def cached(svc: Services, source: OwnerSource) -> Entry:
 
 
 async def read_owned(svc: Services, entry: Entry, wanted: RangeRequest = RangeRequest(),
-                     conditions: Conditions | None = None) -> bytes:
+                     conditions: Conditions = NO_CONDITIONS) -> bytes:
+    """A GET whose lookup found no row here and the owner's ``entry``: by name when it can be."""
     assert svc.cache is not None
-    found = await svc.cache.read("b", "k", wanted, Policy(), None, None, owned=OwnedEntry(OWNER, entry),
-                                 **({"conditions": conditions} if conditions else {}))
+    fetched = await asyncio.to_thread(svc.cache.owned.fetch_now, OwnedEntry(OWNER, entry), wanted, Policy(), None,
+                                      conditions)
+    found = await svc.cache.read("b", "k", wanted, Policy(), None, None, owned=fetched, conditions=conditions)
     assert found is not None
     return b"".join([bytes(c) async for c in found.stream])
 

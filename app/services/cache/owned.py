@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from app import metrics
 from app.domain.cache import OwnedEntry, block_name
+from app.domain.conditions import Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import FileRange
 from app.domain.policy import Policy
@@ -31,6 +33,16 @@ from app.domain.states import CacheState
 from app.services.cache.base import CacheBase
 from app.services.cache.copies import SMALL_RELAY
 from app.services.cache.serve import SMALL_HIT
+
+
+@dataclass(frozen=True)
+class OwnedRead:
+    """The owner's answer to a read by name: the range served and its bytes (None: the read's
+    conditions failed on the owner's row, so no bytes were asked for)."""
+
+    owned: OwnedEntry
+    byte_range: ByteRange | None
+    data: bytes | None
 
 
 class OwnedReads:
@@ -65,11 +77,32 @@ class OwnedReads:
             return None  # the fleet changed since the lookup: the owner may not hold it
         return rng, first, last
 
-    async def fetch(self, owned: OwnedEntry, first: int, last: int, tenant_id: int | None) -> bytes | None:
-        """The owner's bytes (one thread hop: a kept-open connection, read whole), or None."""
-        data = await self.cache.run(self.cache.source.read_owned, owned.node_id, owned.entry, first, last, tenant_id)
+    def fetch_now(self, owned: OwnedEntry, wanted: RangeRequest, policy: Policy, tenant_id: int | None,
+                  conditions: Conditions) -> OwnedRead | None:
+        """Blocking, in the thread that just looked the rows up (the lookup and the owner's answer
+        in one thread hop): the owner's bytes for ``wanted``, read by name over a kept-open
+        connection; None to read the usual way (not usable, a copy to keep here, a range one
+        answer does not cover, the owner could not answer). Conditions that fail on the owner's
+        row ask for no bytes: the caller judges them again and answers 304/412."""
+        entry = owned.entry
+        if not self.usable(owned, policy):
+            return None
+        if self.cache.copies.wants_copy(entry.bucket, entry.key) and self.cache.admission.has_room(entry.size, policy):
+            return None  # read often enough here to keep a copy, and there is room: the usual way keeps it
+        try:
+            conditions.check(entry.etag, entry.meta.last_modified)
+        except S3Error:
+            return OwnedRead(owned, None, None)
+        try:
+            span = self.span(owned, wanted)
+        except S3Error:
+            return None  # an unsatisfiable range: the usual way answers it
+        if span is None:
+            return None
+        rng, first, last = span
+        data = self.cache.source.read_owned(owned.node_id, entry, first, last, tenant_id)
         metrics.fleet_peer_read("owned" if data is not None else "owned-refused")
-        return data
+        return OwnedRead(owned, rng, data) if data is not None else None
 
     # ---- the owner -----------------------------------------------------------------------------
     def open(self, bucket: str, key: str, etag: str, size: int, block_size: int, first: int,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from app import metrics
-from app.domain.cache import Entry, Lookup, OwnedEntry, first_block, meta_lock_name
+from app.domain.cache import Entry, Lookup, first_block, meta_lock_name
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import FileSegment, ObjectMeta
@@ -39,7 +39,7 @@ from app.services.cache.discovery import Discovery
 from app.services.cache.eviction import Eviction
 from app.services.cache.fill import Fill, Filling
 from app.services.cache.orphans import Orphans
-from app.services.cache.owned import OwnedReads
+from app.services.cache.owned import OwnedRead, OwnedReads
 from app.services.cache.recording import PendingEntry
 from app.services.cache.revalidation import Revalidation
 from app.services.cache.serve import Serving
@@ -144,7 +144,7 @@ class ReadCache(CacheBase):
     # ---- reads -------------------------------------------------------------------------------
     async def read(self, bucket: str, key: str, wanted: RangeRequest, policy: Policy,
                    tenant_id: int | None, known: Any = LOOKUP, *, file_ranges: bool = False,
-                   conditions: Conditions = NO_CONDITIONS, owned: OwnedEntry | None = None) -> CachedRead | None:
+                   conditions: Conditions = NO_CONDITIONS, owned: OwnedRead | None = None) -> CachedRead | None:
         """Open the object through the cache; None when the caller should read the remote directly
         (second-hit admission's first miss, or a write raced the discovery). With ``file_ranges``
         the stream may yield ``FileRange`` items (for a server that sends files itself).
@@ -152,10 +152,9 @@ class ReadCache(CacheBase):
         so a 304 or 412 the index can answer costs no remote request, even with its blocks gone;
         a miss judges them once its discovery told the version (its fill goes on). Every read
         counts for frequency admission, after the cache decided about this one. ``owned``: the
-        row of the block's owner from the same lookup as ``known`` (None), read by name (owned.py)."""
+        owner's answer by name, fetched with the lookup that found no row here (owned.py)."""
         try:
-            found = await self._read_owned(owned, wanted, policy, tenant_id, conditions) \
-                if owned is not None and known is None else None
+            found = self._read_owned(owned, tenant_id, conditions) if owned is not None and known is None else None
             if found is None:
                 found = await self._read(bucket, key, wanted, policy, tenant_id, known, file_ranges, conditions)
         finally:
@@ -191,30 +190,20 @@ class ReadCache(CacheBase):
             self._touch(entry)
         return self._serve(entry, outcome, wanted, tenant_id, file_ranges, conditions)
 
-    async def _read_owned(self, owned: OwnedEntry, wanted: RangeRequest, policy: Policy, tenant_id: int | None,
-                          conditions: Conditions) -> CachedRead | None:
-        """A read the owner's block file answers by name; None: read the usual way. Counted a
+    def _read_owned(self, found: OwnedRead, tenant_id: int | None, conditions: Conditions) -> CachedRead | None:
+        """The read the owner's block file answered by name (owned.py ``fetch_now``). Counted a
         miss here, as a relay is (this node's cache did not answer); the owner counts its hit."""
-        entry = owned.entry
-        if not self.owned.usable(owned, policy):
-            return None
-        if self.copies.wants_copy(entry.bucket, entry.key) and self.admission.has_room(entry.size, policy):
-            return None  # read often enough here to keep a copy, and there is room: the usual way keeps it
+        entry = found.owned.entry
         try:
             conditions.check(entry.etag, entry.meta.last_modified)
         except S3Error:
-            self._counted(entry, "miss", tenant_id)  # answered from the owner's row: no bytes needed
+            self._counted(entry, "miss", tenant_id)  # answered from the owner's row: no bytes were asked for
             raise
-        span = self.owned.span(owned, wanted)
-        if span is None:
-            return None
-        rng, first, last = span
-        data = await self.owned.fetch(owned, first, last, tenant_id)
-        if data is None:
+        if found.data is None:
             return None
         self._counted(entry, "miss", tenant_id)
-        metrics.served_bytes("miss", entry.bucket, len(data))
-        return CachedRead(entry.meta, rng, _once(data), _nothing_to_close, "miss", None, data)
+        metrics.served_bytes("miss", entry.bucket, len(found.data))
+        return CachedRead(entry.meta, found.byte_range, _once(found.data), _nothing_to_close, "miss", None, found.data)
 
     def _counted(self, entry: Entry, outcome: str, tenant_id: int | None) -> None:
         """A read's outcome, once, in both of its records: the outcome counters and the sizing

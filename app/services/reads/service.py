@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from app import metrics
 from app.adapters.remote import body_failure, read_available
-from app.domain.cache import OwnedEntry
 from app.domain.conditions import NO_CONDITIONS, Conditions
 from app.domain.errors import S3Error
 from app.domain.objects import (
@@ -25,8 +25,23 @@ from app.services.bodies import (
     ObjectRead,
 )
 from app.services.cache import LOOKUP
+from app.services.cache.owned import OwnedRead
 from app.services.core import GatewayCore
 from app.services.reads.read_ahead import ReadAhead
+
+
+@dataclass(frozen=True)
+class OwnedAsk:
+    """What a GET's lookup needs to also read another node's block by name in its thread hop."""
+
+    first_byte: int
+    wanted: RangeRequest
+    tenant_id: int | None
+    conditions: Conditions
+
+
+# A lookup's answer: the newest buffered version, this node's cache entry, an owner's read by name.
+Local = tuple[VersionRow | None, Any, OwnedRead | None]
 
 
 class ReadsService:
@@ -79,25 +94,29 @@ class ReadsService:
         return ObjectAttributes(meta, found[1])
 
     async def _lookup(self, bucket: str, key: str, policy: Policy) -> tuple[VersionRow | None, Any]:
-        found = await self._lookup_for(bucket, key, policy, None)
+        found = await self._lookup_for(bucket, key, policy)
         return found[0], found[1]
 
-    async def _lookup_for(self, bucket: str, key: str, policy: Policy,
-                          first_byte: int | None) -> tuple[VersionRow | None, Any, OwnedEntry | None]:
+    async def _lookup_for(self, bucket: str, key: str, policy: Policy, read: OwnedAsk | None = None) -> Local:
         if self.inline_lookups:
-            return self._local_state(bucket, key, policy, first_byte)
-        return await self._run(self._local_state, bucket, key, policy, first_byte)
+            return self._local_state(bucket, key, policy, read)
+        return await self._run(self._local_state, bucket, key, policy, read)
 
-    def _local_state(self, bucket: str, key: str, policy: Policy,
-                     first_byte: int | None) -> tuple[VersionRow | None, Any, OwnedEntry | None]:
+    def _local_state(self, bucket: str, key: str, policy: Policy, read: OwnedAsk | None = None) -> Local:
         """The key's newest buffered version and its cache entry, in one thread hop: both are
         point lookups, and on a hit the hop costs more than the queries. With a PostgreSQL
         catalog both are one statement (one round trip, one statement of the server's CPU),
-        and for a GET (``first_byte``) in a fleet, the row of the block's owner too."""
-        both = self.cache.lookup_with_newest(bucket, key, first_byte) if policy.caches else None
+        and for a GET (``read``) in a fleet, the row of the block's owner too: when this node
+        has none and the owner's can answer, its bytes by name in the same hop (cache/owned.py)."""
+        both = self.cache.lookup_with_newest(bucket, key, read.first_byte if read else None) if policy.caches else None
         if both is not None:
             row = self.journal.dirty_row(both.newest)
-            return (row, None, None) if row is not None else (None, both.entry, both.owned)
+            if row is not None:
+                return row, None, None
+            if both.owned is None or both.entry is not None or read is None:
+                return None, both.entry, None
+            return None, None, self.cache.owned.fetch_now(both.owned, read.wanted, policy, read.tenant_id,
+                                                          read.conditions)
         row = self.journal.latest_dirty(bucket, key)
         if row is not None or not policy.caches:
             return row, None, None
@@ -112,7 +131,8 @@ class ReadsService:
         ``file_ranges`` a cached read's stream may yield ``FileRange`` items, not bytes."""
         self._check_key(bucket, key)
         policy = self.policy(bucket, key)
-        row, entry, owned = await self._lookup_for(bucket, key, policy, rng.first_byte or 0)
+        row, entry, owned = await self._lookup_for(bucket, key, policy,
+                                                   OwnedAsk(rng.first_byte or 0, rng, tenant_id, conditions))
         buffered = row is not None
         if row is not None:
             opened = await self._open_buffered(row, rng, conditions)
