@@ -6,6 +6,7 @@ import base64
 import hashlib
 import io
 import itertools
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import BinaryIO
@@ -213,3 +214,13 @@ class InMemoryRemote:
 
     def list_multipart(self, bucket: str) -> list[tuple[str, str, datetime]]:
         return [(k, u, datetime.now(UTC)) for u, (b, k, _) in self.uploads.items() if b == bucket]
+
+
+def remote_with_object(size: int, bucket: str = "b", key: str = "k") -> tuple[InMemoryRemote, bytes]:
+    """A remote holding one object of ``size`` random bytes (with its Content-MD5), and the bytes."""
+    remote = InMemoryRemote()
+    remote.create_bucket(bucket, None)
+    data = os.urandom(size)
+    remote.put_object(bucket, key, io.BytesIO(data), size, base64.b64encode(hashlib.md5(data).digest()).decode(),
+                      {}, {}, {})
+    return remote, data

@@ -7,10 +7,6 @@ node owns, or ``copy_reads`` 1, is kept at the first read."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import io
-import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -19,7 +15,7 @@ from app.domain.ranges import RangeRequest
 from app.domain.states import CacheState
 from app.services.cache.fill import RemoteBlockSource
 from tests.fakes.harness import Services, build, fills_settled, read_all
-from tests.fakes.remote import InMemoryRemote
+from tests.fakes.remote import InMemoryRemote, remote_with_object
 
 BLOCK = 64 * 1024
 
@@ -58,11 +54,7 @@ class FleetSource(RemoteBlockSource):
 
 def setup(tmp_path: Path, size: int, peers_own: set[int] | None = None,
           copy_reads: int = 2) -> tuple[Services, InMemoryRemote, bytes]:
-    remote = InMemoryRemote()
-    remote.create_bucket("b", None)
-    data = os.urandom(size)
-    remote.put_object("b", "k", io.BytesIO(data), size, base64.b64encode(hashlib.md5(data).digest()).decode(),
-                      {}, {}, {})
+    remote, data = remote_with_object(size)
     svc = build(tmp_path, remote, cache_block=BLOCK)
     assert svc.cache is not None
     svc.cache.source = FleetSource(remote, peers_own)

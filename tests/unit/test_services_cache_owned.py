@@ -6,10 +6,6 @@ stands in for the fleet, answering ``read_owned`` from the same store's ``owned.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import io
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +19,7 @@ from app.domain.policy import Policy
 from app.domain.ranges import RangeRequest
 from app.services.cache.fill import RemoteBlockSource
 from tests.fakes.harness import Services, build, fills_settled, read_all
-from tests.fakes.remote import InMemoryRemote
+from tests.fakes.remote import InMemoryRemote, remote_with_object
 
 BLOCK = 256 * 1024
 OWNER = "node-owner"
@@ -57,11 +53,7 @@ async def _joined(stream: Any) -> bytes:
 
 
 def setup(tmp_path: Path, size: int) -> tuple[Services, OwnerSource, bytes]:
-    remote = InMemoryRemote()
-    remote.create_bucket("b", None)
-    data = os.urandom(size)
-    remote.put_object("b", "k", io.BytesIO(data), size, base64.b64encode(hashlib.md5(data).digest()).decode(),
-                      {}, {}, {})
+    remote, data = remote_with_object(size)
     svc = build(tmp_path, remote, cache_block=BLOCK)
     assert svc.cache is not None
     source = OwnerSource(remote)
