@@ -6,7 +6,7 @@ and the owner's is ready and fresh, the GET asks the owner for that block's byte
 block's name is a hash of (bucket, key, ETag, block size, index) and a block file appears only by
 the rename of a complete file (adapters/local/cachestore.py), so the owner answers from the file
 alone: no row lookup, no discovery, no fill on either node (a peer read cost both nodes' lookups
-and the asking node's discovery: docs/benchmarks.md, "Fleet epochs"). The asking node's
+and the asking node's discovery: docs/benchmarks.md, "Reads by name"). The asking node's
 snapshot (the newest journal version and the rows, one statement) is what its own hits trust,
 so a write acknowledged before it is never answered with the older bytes; a write after it is
 concurrent with the GET, as for a hit.
