@@ -189,6 +189,22 @@ def test_a_slow_pass_is_skipped_not_stacked(tmp_path: Path) -> None:
     assert run_chore("cache-scrub", parts) == 0
 
 
+def test_a_chore_sharing_a_guard_waits_for_the_other_instead_of_skipping(tmp_path: Path) -> None:
+    """Eviction shares the janitor's guard: a turn of it that falls in a janitor pass runs once
+    that pass ends (skipped, a quota waited several eviction intervals on a loaded machine)."""
+    parts = _parts(tmp_path, InMemoryRemote())
+    guard = parts._running.setdefault("guard:janitor", threading.Lock())
+    passes: list[bool] = []
+    parts.cache.janitor_pass = passes.append  # type: ignore[method-assign]  # records each pass's enforce flag
+    with guard:  # a janitor pass under way
+        waiter = threading.Thread(target=run_chore, args=("cache-eviction", parts))
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive() and passes == [], "it waits for the pass, it does not skip"
+    waiter.join(10)
+    assert not waiter.is_alive() and passes == [True], "then it runs: an eviction pass"
+
+
 def test_fleet_mode_routes_node_chores_to_the_node_and_shared_ones_to_the_shared_queue() -> None:
     settings = Settings(broker_url="redis://127.0.0.1:6379/15", node_id="n-1",
                         database_url="postgresql+psycopg://u@h/db", journal_retention_seconds=60)

@@ -188,15 +188,21 @@ BY_NAME = {chore.name: chore for chore in CHORES}
 
 def run_chore(name: str, parts: ChoreParts) -> object:
     """The one entry point of every chore (both executors call it). A run of a chore still busy
-    in this process is skipped: a slow pass never piles up behind itself."""
+    in this process is skipped: a slow pass never piles up behind itself. A chore that shares a
+    guard with another (janitor and eviction) waits for the other's pass instead of skipping:
+    skipped, eviction (every 3 s) lost every turn that fell in a janitor pass (every 1 s), and a
+    loaded machine enforced a quota only after several of its intervals."""
     chore = BY_NAME[name]
-    lock = parts._running.setdefault(chore.guard or name, threading.Lock())
-    if not lock.acquire(blocking=False):
+    own = parts._running.setdefault(name, threading.Lock())
+    if not own.acquire(blocking=False):
         return None
     try:
-        return chore.run(parts)
+        if chore.guard is None:
+            return chore.run(parts)
+        with parts._running.setdefault(f"guard:{chore.guard}", threading.Lock()):
+            return chore.run(parts)
     finally:
-        lock.release()
+        own.release()
 
 
 class ChoreLoop:
