@@ -34,7 +34,6 @@ from app.services.reads.read_ahead import ReadAhead
 class OwnedAsk:
     """What a GET's lookup needs to also read another node's block by name in its thread hop."""
 
-    first_byte: int
     wanted: RangeRequest
     tenant_id: int | None
     conditions: Conditions
@@ -108,7 +107,8 @@ class ReadsService:
         catalog both are one statement (one round trip, one statement of the server's CPU),
         and for a GET (``read``) in a fleet, the row of the block's owner too: when this node
         has none and the owner's can answer, its bytes by name in the same hop (cache/owned.py)."""
-        both = self.cache.lookup_with_newest(bucket, key, read.first_byte if read else None) if policy.caches else None
+        both = self.cache.lookup_with_newest(bucket, key, (read.wanted.first_byte or 0) if read else None) \
+            if policy.caches else None
         if both is not None:
             row = self.journal.dirty_row(both.newest)
             if row is not None:
@@ -132,7 +132,7 @@ class ReadsService:
         self._check_key(bucket, key)
         policy = self.policy(bucket, key)
         row, entry, owned = await self._lookup_for(bucket, key, policy,
-                                                   OwnedAsk(rng.first_byte or 0, rng, tenant_id, conditions))
+                                                   OwnedAsk(rng, tenant_id, conditions))
         buffered = row is not None
         if row is not None:
             opened = await self._open_buffered(row, rng, conditions)
